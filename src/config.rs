@@ -1,0 +1,301 @@
+//! Command line: flags, environment fallbacks, validation into typed values.
+//!
+//! Every value is checked before anything is consumed: a zero batch size or an unknown mode is
+//! refused by the parser with a one-line reason.
+
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::batcher::BatcherSettings;
+use crate::consumer::KafkaSettings;
+use crate::generate::GeneratorSettings;
+use crate::inbox::Mode;
+use crate::processor::ProcessorConfig;
+use crate::worker::{RetryPolicy, WorkerSettings};
+
+/// Apply a Kafka topic to PostgreSQL exactly once, with a micro-batched transactional inbox.
+#[derive(Debug, Parser)]
+#[command(name = "batch-inbox", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create or upgrade the tables (idempotent, versioned).
+    Migrate(DbArgs),
+    /// Consume a topic and apply it to the database.
+    Run(RunArgs),
+    /// Write generated ledger records (with duplicates, bad input, overdrafts) to a topic.
+    Produce(ProduceArgs),
+    /// Run the whole pipeline against an in-process Kafka mock cluster and print what it did.
+    Demo(DemoArgs),
+}
+
+/// Database connection.
+#[derive(Debug, Clone, Args)]
+pub struct DbArgs {
+    /// PostgreSQL connection URL.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/batch_inbox"
+    )]
+    pub database_url: String,
+}
+
+/// Kafka connection.
+#[derive(Debug, Clone, Args)]
+pub struct KafkaArgs {
+    /// Bootstrap servers of any Kafka-protocol broker.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub brokers: String,
+    /// Topic to consume or produce to.
+    #[arg(long, env = "BATCH_INBOX_TOPIC", default_value = "ledger")]
+    pub topic: String,
+    /// librdkafka property passed through, as `key=value` (repeatable), applied last.
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_property)]
+    pub properties: Vec<(String, String)>,
+}
+
+/// Processing settings shared by `run` and `demo`.
+#[derive(Debug, Clone, Args)]
+pub struct PipelineArgs {
+    /// Transactions per micro-batch (`batched`) or per message (`per-message`, the baseline).
+    #[arg(long, env = "BATCH_INBOX_MODE", value_enum, default_value_t = Mode::Batched)]
+    pub mode: Mode,
+    /// Largest batch, in messages.
+    #[arg(long, env = "BATCH_INBOX_BATCH_SIZE", default_value = "1000")]
+    pub batch_size: NonZeroUsize,
+    /// Longest wait after a batch's first message before it is applied, in milliseconds.
+    #[arg(long, env = "BATCH_INBOX_BATCH_LINGER_MS", default_value_t = 20)]
+    pub batch_linger_ms: u64,
+    /// Largest batch, in bytes of keys, values and headers.
+    #[arg(long, env = "BATCH_INBOX_BATCH_MAX_BYTES", default_value = "4194304")]
+    pub batch_max_bytes: NonZeroUsize,
+    /// Database connections (at most one transaction per partition runs at a time).
+    #[arg(long, env = "BATCH_INBOX_POOL_SIZE", default_value = "8")]
+    pub pool_size: NonZeroUsize,
+    /// Header that carries the message id (a UUID); CloudEvents users pass `ce_id`.
+    #[arg(long, env = "BATCH_INBOX_ID_HEADER", default_value = "id")]
+    pub id_header: String,
+}
+
+/// `run` flags.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub db: DbArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub kafka: KafkaArgs,
+    /// Consumer group.
+    #[arg(long, env = "BATCH_INBOX_GROUP", default_value = "batch-inbox")]
+    pub group: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub pipeline: PipelineArgs,
+    /// Exit 0 once every assigned partition is at its end and everything is committed.
+    #[arg(long, env = "BATCH_INBOX_EXIT_ON_EOF")]
+    pub exit_on_eof: bool,
+}
+
+/// Input shape of `produce` and `demo`.
+#[derive(Debug, Clone, Args)]
+pub struct GeneratorArgs {
+    /// Records to write, duplicates and bad input included.
+    #[arg(long, default_value_t = 100_000)]
+    pub messages: u64,
+    /// Number of accounts.
+    #[arg(long, default_value_t = 1_000)]
+    pub accounts: u64,
+    /// Share of records that re-send an earlier id.
+    #[arg(long, default_value_t = 0.1, value_parser = parse_ratio)]
+    pub duplicate_ratio: f64,
+    /// Share of records that are bad input (every kind in turn).
+    #[arg(long, default_value_t = 0.01, value_parser = parse_ratio)]
+    pub bad_ratio: f64,
+    /// Share of new records that are debits.
+    #[arg(long, default_value_t = 0.3, value_parser = parse_ratio)]
+    pub debit_ratio: f64,
+    /// UUID version of the ids: 4 (random) or 7 (time-ordered).
+    #[arg(long, default_value_t = 7, value_parser = parse_id_version)]
+    pub id_version: u8,
+    /// Seed, for a reproducible input.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// `produce` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ProduceArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub kafka: KafkaArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub generator: GeneratorArgs,
+    /// Partitions of the topic when it has to be created.
+    #[arg(long, default_value_t = 8)]
+    pub partitions: i32,
+    /// Write the expected outcome (counts, balances) as JSON to this file.
+    #[arg(long)]
+    pub expect: Option<std::path::PathBuf>,
+}
+
+/// `demo` flags.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub db: DbArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub generator: GeneratorArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub pipeline: PipelineArgs,
+    /// Partitions of the demo topic.
+    #[arg(long, default_value_t = 8)]
+    pub partitions: i32,
+}
+
+fn parse_property(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+fn parse_id_version(s: &str) -> Result<u8, String> {
+    match s {
+        "4" => Ok(4),
+        "7" => Ok(7),
+        _ => Err(format!("expected 4 or 7, got {s:?}")),
+    }
+}
+
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("expected a number from 0 to 1, got {s:?}")),
+    }
+}
+
+impl PipelineArgs {
+    /// Worker settings from the flags.
+    pub fn worker(&self) -> WorkerSettings {
+        WorkerSettings {
+            mode: self.mode,
+            batcher: BatcherSettings {
+                max_items: self.batch_size,
+                max_bytes: self.batch_max_bytes,
+                linger: Duration::from_millis(self.batch_linger_ms),
+            },
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Processor configuration for `kafka`.
+    pub fn processor(&self, kafka: KafkaSettings, exit_on_eof: bool) -> ProcessorConfig {
+        ProcessorConfig {
+            kafka,
+            worker: self.worker(),
+            id_header: self.id_header.clone(),
+            exit_on_eof,
+            revoke_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RunArgs {
+    /// Processor configuration from the flags.
+    pub fn processor(&self) -> ProcessorConfig {
+        let kafka = KafkaSettings {
+            brokers: self.kafka.brokers.clone(),
+            topic: self.kafka.topic.clone(),
+            group: self.group.clone(),
+            partition_eof: self.exit_on_eof,
+            overrides: self.kafka.properties.clone(),
+        };
+        self.pipeline.processor(kafka, self.exit_on_eof)
+    }
+}
+
+impl GeneratorArgs {
+    /// Generator settings from the flags.
+    pub fn settings(&self) -> GeneratorSettings {
+        GeneratorSettings {
+            messages: self.messages,
+            accounts: self.accounts,
+            duplicate_ratio: self.duplicate_ratio,
+            bad_ratio: self.bad_ratio,
+            debit_ratio: self.debit_ratio,
+            id_version: self.id_version,
+            seed: self.seed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("batch-inbox").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn bad_flags_are_refused_with_a_reason() {
+        for (args, needle) in [
+            (vec!["run", "--batch-size", "0"], "--batch-size"),
+            (vec!["run", "--mode", "sometimes"], "--mode"),
+            (vec!["run", "-X", "novalue"], "KEY=VALUE"),
+            (vec!["produce", "--duplicate-ratio", "1.5"], "from 0 to 1"),
+        ] {
+            let err = parse(&args).unwrap_err().to_string();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn flags_become_typed_settings() {
+        let cli = parse(&[
+            "run",
+            "--mode",
+            "per-message",
+            "--batch-size",
+            "7",
+            "--batch-linger-ms",
+            "3",
+            "-X",
+            "fetch.min.bytes=1",
+            "--id-header",
+            "ce_id",
+            "--exit-on-eof",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        let p = run.processor();
+        assert_eq!(p.worker.mode, Mode::PerMessage);
+        assert_eq!(p.worker.batcher.max_items.get(), 7);
+        assert_eq!(p.worker.batcher.linger, Duration::from_millis(3));
+        assert_eq!(p.id_header, "ce_id");
+        assert!(p.exit_on_eof && p.kafka.partition_eof);
+        assert_eq!(
+            p.kafka.overrides,
+            vec![("fetch.min.bytes".into(), "1".into())]
+        );
+        let config = p.kafka.client_config();
+        assert_eq!(config.get("enable.auto.offset.store"), Some("false"));
+        assert_eq!(config.get("fetch.min.bytes"), Some("1"));
+    }
+}

@@ -1,0 +1,352 @@
+//! The Kafka side: a consumer-group member with one queue and one worker per assigned partition.
+//!
+//! Invariant: `enable.auto.offset.store=false`; offsets are stored only by partition workers,
+//! after their batch committed in PostgreSQL, and committed to Kafka by the client's auto-commit,
+//! at revoke and at shutdown. Partition queues are split inside the rebalance callback, *before*
+//! the assignment takes effect, so no record of an assigned partition ever reaches the main queue
+//! and order within a partition is kept. On revoke, the partition's worker commits what it has
+//! read and stops before the revoke returns.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::{ClientContext, Message as _, Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::RunError;
+use crate::message::{Header, RawMessage};
+use crate::worker::{Input, OffsetSink};
+
+/// The consumer type used by the processor.
+pub type KafkaConsumer = StreamConsumer<GroupContext>;
+
+/// Kafka client settings of a processor.
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    /// Bootstrap servers.
+    pub brokers: String,
+    /// Topic to consume.
+    pub topic: String,
+    /// Consumer group.
+    pub group: String,
+    /// Deliver end-of-partition events (needed by `--exit-on-eof`).
+    pub partition_eof: bool,
+    /// librdkafka properties applied last, overriding the defaults above.
+    pub overrides: Vec<(String, String)>,
+}
+
+impl KafkaSettings {
+    /// The librdkafka configuration: the processor's defaults, then the overrides.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers)
+            .set("group.id", &self.group)
+            .set("enable.auto.offset.store", "false")
+            .set("enable.auto.commit", "true")
+            .set("auto.commit.interval.ms", "1000")
+            .set("auto.offset.reset", "earliest")
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set(
+                "enable.partition.eof",
+                if self.partition_eof { "true" } else { "false" },
+            );
+        for (k, v) in &self.overrides {
+            c.set(k, v);
+        }
+        c
+    }
+}
+
+/// Starts a worker for a newly assigned partition; returns its handle.
+pub type Spawner =
+    Box<dyn Fn(Arc<str>, i32, StreamPartitionQueue<GroupContext>) -> WorkerHandle + Send + Sync>;
+
+/// A running partition worker, as the group member sees it.
+pub struct WorkerHandle {
+    /// Cancelled to ask the worker to commit what it read and stop.
+    pub stop: CancellationToken,
+    /// Set while the worker is at the end of its partition with everything committed.
+    pub at_eof: Arc<AtomicBool>,
+    /// The worker task.
+    pub join: JoinHandle<()>,
+}
+
+/// Consumer context: splits partition queues on assign, stops workers on revoke.
+#[derive(Default)]
+pub struct GroupContext {
+    consumer: OnceLock<Weak<KafkaConsumer>>,
+    spawner: OnceLock<Spawner>,
+    workers: Mutex<HashMap<(Arc<str>, i32), WorkerHandle>>,
+    /// How long a revoke waits for a partition's in-flight batch.
+    pub revoke_timeout: Duration,
+}
+
+impl ClientContext for GroupContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error {
+            // End of partition is an event the partition workers handle, not a failure.
+            KafkaError::PartitionEOF(_) => {}
+            e => tracing::warn!("kafka client: {e}: {reason}"),
+        }
+    }
+}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, _base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => self.assign(tpl),
+            Rebalance::Revoke(tpl) => self.revoke(tpl),
+            Rebalance::Error(e) => tracing::error!("rebalance error: {e}"),
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        match result {
+            Ok(()) => tracing::debug!("offsets committed: {offsets:?}"),
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => {
+                tracing::warn!("offset commit failed (will be retried by the next commit): {e}")
+            }
+        }
+    }
+}
+
+impl GroupContext {
+    fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<(Arc<str>, i32), WorkerHandle>> {
+        // A worker map is never left half-updated by a panic: recover it.
+        self.workers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn assign(&self, tpl: &TopicPartitionList) {
+        let (Some(consumer), Some(spawn)) = (
+            self.consumer.get().and_then(Weak::upgrade),
+            self.spawner.get(),
+        ) else {
+            return;
+        };
+        let mut workers = self.lock_workers();
+        for elem in tpl.elements() {
+            let key: (Arc<str>, i32) = (Arc::from(elem.topic()), elem.partition());
+            if let Some(old) = workers.remove(&key) {
+                tracing::warn!(topic = %key.0, partition = key.1, "assigned twice; replacing its worker");
+                old.stop.cancel();
+                old.join.abort();
+            }
+            match consumer.split_partition_queue(&key.0, key.1) {
+                Some(queue) => {
+                    tracing::info!(topic = %key.0, partition = key.1, "partition assigned");
+                    let handle = spawn(key.0.clone(), key.1, queue);
+                    workers.insert(key, handle);
+                }
+                None => {
+                    tracing::error!(topic = %key.0, partition = key.1, "cannot split partition queue")
+                }
+            }
+        }
+    }
+
+    fn revoke(&self, tpl: &TopicPartitionList) {
+        let revoked: Vec<WorkerHandle> = {
+            let mut workers = self.lock_workers();
+            tpl.elements()
+                .iter()
+                .filter_map(|e| workers.remove(&(Arc::from(e.topic()), e.partition())))
+                .collect()
+        };
+        if revoked.is_empty() {
+            return;
+        }
+        tracing::info!(
+            "{} partition(s) revoked; finishing their batches",
+            revoked.len()
+        );
+        for w in &revoked {
+            w.stop.cancel();
+        }
+        wait_for_workers(revoked, self.revoke_timeout);
+        if let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) {
+            commit_stored(&consumer, CommitMode::Async);
+        }
+    }
+
+    /// Asks every worker to stop and waits for them.
+    pub async fn stop_all(&self) {
+        let all: Vec<WorkerHandle> = self.lock_workers().drain().map(|(_, w)| w).collect();
+        for w in &all {
+            w.stop.cancel();
+        }
+        for w in all {
+            let _ = w.join.await;
+        }
+    }
+
+    /// True when at least one partition is assigned and every one is at its end, committed.
+    pub fn all_at_eof(&self) -> bool {
+        let workers = self.lock_workers();
+        !workers.is_empty() && workers.values().all(|w| w.at_eof.load(Ordering::Acquire))
+    }
+}
+
+/// Waits, without an async context, for revoked workers (the rebalance callback is synchronous).
+fn wait_for_workers(workers: Vec<WorkerHandle>, timeout: Duration) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+        // Blocking a current-thread runtime would deadlock: the workers could not run.
+        tracing::warn!("revoke does not wait for workers on a current-thread runtime");
+        return;
+    }
+    tokio::task::block_in_place(|| {
+        rt.block_on(async {
+            for w in workers {
+                let abort = w.join.abort_handle();
+                if tokio::time::timeout(timeout, w.join).await.is_err() {
+                    tracing::warn!("a revoked partition's batch did not finish in time; abandoned");
+                    abort.abort();
+                }
+            }
+        })
+    });
+}
+
+fn commit_stored(consumer: &KafkaConsumer, mode: CommitMode) {
+    match consumer.commit_consumer_state(mode) {
+        Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+        Err(e) => tracing::warn!("offset commit failed: {e}"),
+    }
+}
+
+/// Stores offsets in the consumer's offset store, for the next commit.
+pub struct KafkaOffsets(Weak<KafkaConsumer>);
+
+impl OffsetSink for KafkaOffsets {
+    fn store(&self, topic: &str, partition: i32, next_offset: i64) -> Result<(), String> {
+        let consumer = self.0.upgrade().ok_or("consumer closed")?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, Offset::Offset(next_offset))
+            .map_err(|e| e.to_string())?;
+        consumer.store_offsets(&tpl).map_err(|e| e.to_string())
+    }
+}
+
+/// Copies a borrowed record into the pipeline's owned type.
+pub fn to_raw(topic: &Arc<str>, m: &BorrowedMessage<'_>) -> RawMessage {
+    let headers = m
+        .headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| Header {
+                    key: h.key.to_owned(),
+                    value: h.value.map(Bytes::copy_from_slice),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    RawMessage {
+        topic: topic.clone(),
+        partition: m.partition(),
+        offset: m.offset(),
+        timestamp_ms: m.timestamp().to_millis(),
+        key: m.key().map(Bytes::copy_from_slice),
+        payload: m.payload().map(Bytes::copy_from_slice),
+        headers,
+    }
+}
+
+/// The worker's input stream over a partition queue.
+pub fn queue_input(
+    topic: Arc<str>,
+    queue: &StreamPartitionQueue<GroupContext>,
+) -> impl futures::Stream<Item = Input> + '_ {
+    queue.stream().map(move |r| match r {
+        Ok(m) => Input::Record(to_raw(&topic, &m)),
+        Err(KafkaError::PartitionEOF(_)) => Input::Eof,
+        Err(e) => Input::Error(e.to_string()),
+    })
+}
+
+/// A subscribed group member. Drop it to leave the group.
+pub struct GroupMember {
+    consumer: Arc<KafkaConsumer>,
+}
+
+impl GroupMember {
+    /// Creates the consumer; `spawn` starts a worker for each assigned partition.
+    pub fn new(
+        settings: &KafkaSettings,
+        revoke_timeout: Duration,
+        spawn: impl FnOnce(Weak<KafkaConsumer>) -> Spawner,
+    ) -> Result<Self, RunError> {
+        let context = GroupContext {
+            revoke_timeout,
+            ..GroupContext::default()
+        };
+        let consumer: Arc<KafkaConsumer> =
+            Arc::new(settings.client_config().create_with_context(context)?);
+        let weak = Arc::downgrade(&consumer);
+        let _ = consumer.context().consumer.set(weak.clone());
+        let _ = consumer.context().spawner.set(spawn(weak));
+        consumer.subscribe(&[&settings.topic])?;
+        Ok(Self { consumer })
+    }
+
+    /// An offset sink for workers of this member.
+    pub fn offsets(consumer: Weak<KafkaConsumer>) -> KafkaOffsets {
+        KafkaOffsets(consumer)
+    }
+
+    /// Polls the group (rebalances, errors) until `done` resolves or a worker fails.
+    pub async fn poll_until(
+        &self,
+        done: impl Future<Output = ()>,
+        failures: &mut mpsc::UnboundedReceiver<RunError>,
+        exit_on_eof: bool,
+    ) -> Result<(), RunError> {
+        let mut done = pin!(done);
+        let mut eof_check = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut done => return Ok(()),
+                Some(e) = failures.recv() => return Err(e),
+                _ = eof_check.tick(), if exit_on_eof => {
+                    if self.consumer.context().all_at_eof() {
+                        return Ok(());
+                    }
+                }
+                r = self.consumer.recv() => match r {
+                    // Never expected: queues are split before assignment. Processing it here could
+                    // break partition order, skipping it could lose it: stop instead.
+                    Ok(m) => return Err(RunError::UnsplitPartition {
+                        partition: m.partition(),
+                        offset: m.offset(),
+                    }),
+                    Err(KafkaError::PartitionEOF(_)) => {}
+                    Err(e) => tracing::warn!("kafka: {e}"),
+                },
+            }
+        }
+    }
+
+    /// Stops every worker (each commits what it read), commits stored offsets synchronously.
+    pub async fn shutdown(&self) {
+        self.consumer.context().stop_all().await;
+        commit_stored(&self.consumer, CommitMode::Sync);
+    }
+}

@@ -1,0 +1,120 @@
+//! Connection pool and schema migrations.
+//!
+//! Migrations are the numbered files of `migrations/`, compiled into the binary, applied in order
+//! inside one transaction under an advisory lock and recorded in `schema_migrations`, so running
+//! `migrate` twice, or from two processes at once, is safe.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use crate::error::DbError;
+
+/// One schema migration.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    /// Version number, strictly increasing.
+    pub version: i32,
+    /// Short name.
+    pub name: &'static str,
+    /// The SQL.
+    pub sql: &'static str,
+}
+
+/// Every migration, in order.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "inbox",
+        sql: include_str!("../migrations/0001_inbox.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "balances",
+        sql: include_str!("../migrations/0002_balances.sql"),
+    },
+];
+
+/// Arbitrary constant identifying the migration lock among advisory locks.
+const MIGRATION_LOCK: i64 = 0x6261_7463_6869_6e62;
+
+/// Builds a pool of at most `size` connections to `url`. Connects once to fail early.
+pub async fn connect(url: &str, size: usize) -> Result<Pool, DbError> {
+    let mut config =
+        tokio_postgres::Config::from_str(url).map_err(|e| DbError::Url(e.to_string()))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(5));
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("batch-inbox");
+    }
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .create_timeout(Some(Duration::from_secs(10)))
+        .build()
+        .map_err(|e| DbError::Build(e.to_string()))?;
+    drop(pool.get().await?);
+    Ok(pool)
+}
+
+/// Applies the migrations not yet applied; returns the versions applied now.
+pub async fn migrate(pool: &Pool) -> Result<Vec<i32>, DbError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version    int PRIMARY KEY,
+             name       text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .await?;
+    let done: Vec<i32> = tx
+        .query("SELECT version FROM schema_migrations", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut applied = Vec::new();
+    for m in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
+        tx.batch_execute(m.sql).await?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+            &[&m.version, &m.name],
+        )
+        .await?;
+        applied.push(m.version);
+    }
+    tx.commit().await?;
+    Ok(applied)
+}
+
+/// Fails with a clear error unless every migration has been applied.
+pub async fn check_schema(pool: &Pool) -> Result<(), DbError> {
+    let client = pool.get().await?;
+    let latest = MIGRATIONS.last().map_or(0, |m| m.version);
+    let row = client
+        .query_one(
+            "SELECT CASE WHEN to_regclass('schema_migrations') IS NULL THEN 0
+                    ELSE (SELECT coalesce(max(version), 0) FROM schema_migrations) END",
+            &[],
+        )
+        .await?;
+    let have: i32 = row.get(0);
+    if have < latest {
+        return Err(DbError::Schema { have, want: latest });
+    }
+    Ok(())
+}

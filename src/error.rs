@@ -1,0 +1,161 @@
+//! Error types, one per boundary, each able to say whether retrying can help.
+//!
+//! Classification is by SQLSTATE and error kind, never by message text.
+
+use deadpool_postgres::PoolError;
+use tokio_postgres::error::SqlState;
+
+/// True when a PostgreSQL error is transient: the same work may succeed when retried.
+pub fn is_retryable_db(err: &tokio_postgres::Error) -> bool {
+    if err.is_closed() {
+        return true;
+    }
+    match err.code() {
+        Some(code) => is_retryable_state(code),
+        // No SQLSTATE: a client-side failure. I/O failures (connection reset, refused) are
+        // transient; conversion errors are bugs and are not.
+        None => std::error::Error::source(err)
+            .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()),
+    }
+}
+
+fn is_retryable_state(code: &SqlState) -> bool {
+    let class = &code.code()[..2];
+    // 08: connection exception; 40: transaction rollback (serialization failure, deadlock);
+    // 53: insufficient resources; 57: operator intervention (admin shutdown, crash, starting up).
+    matches!(class, "08" | "40" | "53" | "57") || *code == SqlState::LOCK_NOT_AVAILABLE
+}
+
+/// Failure of a handler's business logic.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// A statement the handler ran failed.
+    #[error("handler statement failed: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    /// Any other failure of the handler.
+    #[error("handler failed: {0}")]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl HandlerError {
+    /// Whether retrying the batch may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            HandlerError::Db(e) => is_retryable_db(e),
+            HandlerError::Other(_) => false,
+        }
+    }
+}
+
+/// Failure of one inbox transaction (dedup, handler, dead letters, commit).
+#[derive(Debug, thiserror::Error)]
+pub enum InboxError {
+    /// No connection could be had from the pool.
+    #[error("database pool: {0}")]
+    Pool(#[from] PoolError),
+    /// An inbox statement or the COMMIT failed.
+    #[error("database: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    /// The handler failed; the batch was rolled back.
+    #[error(transparent)]
+    Handler(#[from] HandlerError),
+}
+
+impl InboxError {
+    /// Whether retrying the batch may succeed. A failed COMMIT whose outcome is unknown is
+    /// retryable: the inbox makes re-processing safe.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            InboxError::Pool(PoolError::Backend(e)) => is_retryable_db(e),
+            InboxError::Pool(PoolError::Closed | PoolError::NoRuntimeSpecified) => false,
+            InboxError::Pool(_) => true,
+            InboxError::Db(e) => is_retryable_db(e),
+            InboxError::Handler(e) => e.is_retryable(),
+        }
+    }
+}
+
+/// Failure of the processor as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Kafka client failure (creation, subscription, commit at shutdown).
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    /// A batch failed for a reason retrying cannot fix; its offsets were not committed.
+    #[error("batch of {topic}/{partition} at offset {offset} failed: {source}")]
+    Batch {
+        /// Topic of the batch.
+        topic: String,
+        /// Partition of the batch.
+        partition: i32,
+        /// First offset of the batch.
+        offset: i64,
+        /// The failure.
+        source: InboxError,
+    },
+    /// A record arrived outside its partition's queue; nothing was stored for it.
+    #[error("record of partition {partition} at offset {offset} arrived on the main queue")]
+    UnsplitPartition {
+        /// Its partition.
+        partition: i32,
+        /// Its offset.
+        offset: i64,
+    },
+    /// The database could not be reached or prepared.
+    #[error("database: {0}")]
+    Db(#[from] DbError),
+}
+
+/// Failure to set up the database (pool, migrations).
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// The database URL does not parse.
+    #[error("invalid database URL: {0}")]
+    Url(String),
+    /// The pool could not be built.
+    #[error("cannot build the connection pool: {0}")]
+    Build(String),
+    /// A connection could not be had.
+    #[error("cannot connect to the database: {0}")]
+    Pool(#[from] PoolError),
+    /// A statement failed.
+    #[error("database: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// The schema is older than this binary.
+    #[error(
+        "database schema is at version {have}, this binary needs {want}: run `batch-inbox migrate`"
+    )]
+    Schema {
+        /// Latest applied migration.
+        have: i32,
+        /// Latest known migration.
+        want: i32,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_states_are_retryable_and_constraint_violations_are_not() {
+        for code in [
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::CONNECTION_FAILURE,
+            SqlState::TOO_MANY_CONNECTIONS,
+        ] {
+            assert!(is_retryable_state(&code), "{code:?}");
+        }
+        for code in [
+            SqlState::UNIQUE_VIOLATION,
+            SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+            SqlState::UNDEFINED_TABLE,
+            SqlState::SYNTAX_ERROR,
+        ] {
+            assert!(!is_retryable_state(&code), "{code:?}");
+        }
+    }
+}

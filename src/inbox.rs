@@ -1,0 +1,211 @@
+//! The inbox transaction: dedup and business change in ONE local transaction.
+//!
+//! Batched (the product): per batch, in one transaction,
+//! 1. later copies of an id inside the batch are dropped (first occurrence wins);
+//! 2. one statement inserts every id with `ON CONFLICT DO NOTHING RETURNING message_id`, which
+//!    names the ids that are new;
+//! 3. the handler gets the new messages only, and the same transaction;
+//! 4. one statement records the batch's dead letters (bad input and rejections);
+//! 5. COMMIT.
+//!
+//! Per-message (the baseline it is measured against): the same steps, one message per
+//! transaction.
+//!
+//! Invariant: nothing here touches Kafka. The caller stores offsets only after these functions
+//! return `Ok`, that is after COMMIT succeeded. A dropped transaction rolls back.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use deadpool_postgres::{Client, Pool};
+use uuid::Uuid;
+
+use crate::dead_letter::{self, DeadLetter};
+use crate::error::InboxError;
+use crate::handler::{Handler, Rejection};
+use crate::message::{decode_batch, dedup_in_batch, Decoded, Message, RawMessage};
+use crate::Transaction;
+
+/// How messages are grouped into transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Mode {
+    /// One transaction per micro-batch, one dedup statement per batch.
+    #[default]
+    Batched,
+    /// One transaction per message: the textbook inbox, kept as the baseline.
+    PerMessage,
+}
+
+/// What one transaction did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxOutcome {
+    /// Records in the transaction.
+    pub received: u64,
+    /// Ids that were new and went to the handler (applied or rejected).
+    pub new: u64,
+    /// Records skipped as duplicates (inside the batch or already in the inbox).
+    pub duplicates: u64,
+    /// New messages the handler rejected.
+    pub rejected: u64,
+    /// Records that could not be decoded.
+    pub invalid: u64,
+    /// Dead-letter rows written (fewer than rejected + invalid on redelivery).
+    pub dead_letters_written: u64,
+}
+
+const INSERT_IDS: &str = "\
+INSERT INTO inbox (message_id, topic, partition, \"offset\")
+SELECT id, $2, $3, o FROM unnest($1::uuid[], $4::bigint[]) AS t(id, o)
+ON CONFLICT (message_id) DO NOTHING
+RETURNING message_id";
+
+const INSERT_ONE_ID: &str = "\
+INSERT INTO inbox (message_id, topic, partition, \"offset\") VALUES ($1, $2, $3, $4)
+ON CONFLICT (message_id) DO NOTHING
+RETURNING message_id";
+
+/// Runs inbox transactions for one handler.
+pub struct Inbox<H: Handler> {
+    pool: Pool,
+    handler: Arc<H>,
+    id_header: Arc<str>,
+}
+
+impl<H: Handler> Inbox<H> {
+    /// An inbox over `pool`, reading ids from header `id_header`.
+    pub fn new(pool: Pool, handler: Arc<H>, id_header: impl Into<Arc<str>>) -> Self {
+        Self {
+            pool,
+            handler,
+            id_header: id_header.into(),
+        }
+    }
+
+    /// Splits a batch into handler messages and dead letters. Done once per batch, before any
+    /// attempt, so retries reuse it.
+    pub fn decode(&self, batch: Vec<RawMessage>) -> Decoded<H::Payload> {
+        decode_batch(batch, &self.id_header)
+    }
+
+    /// Applies one decoded batch of one partition in one transaction.
+    pub async fn apply_batch(
+        &self,
+        topic: &str,
+        partition: i32,
+        batch: &Decoded<H::Payload>,
+    ) -> Result<TxOutcome, InboxError> {
+        let mut client = self.pool.get().await?;
+        apply_batch(&mut client, self.handler.as_ref(), topic, partition, batch).await
+    }
+
+    /// Applies one record in its own transaction (the per-message baseline).
+    pub async fn apply_one(
+        &self,
+        topic: &str,
+        partition: i32,
+        record: &Decoded<H::Payload>,
+    ) -> Result<TxOutcome, InboxError> {
+        let mut client = self.pool.get().await?;
+        apply_one(&mut client, self.handler.as_ref(), topic, partition, record).await
+    }
+}
+
+/// The batched inbox transaction over an explicit connection.
+pub async fn apply_batch<H: Handler>(
+    client: &mut Client,
+    handler: &H,
+    topic: &str,
+    partition: i32,
+    batch: &Decoded<H::Payload>,
+) -> Result<TxOutcome, InboxError> {
+    let received = (batch.messages.len() + batch.dead_letters.len()) as u64;
+    let mut unique: Vec<&Message<H::Payload>> = batch.messages.iter().collect();
+    dedup_in_batch(&mut unique, |m| m.id);
+
+    let tx = client.transaction().await?;
+    let new_ids = insert_ids(&tx, topic, partition, &unique).await?;
+    let fresh: Vec<Message<H::Payload>> = unique
+        .into_iter()
+        .filter(|m| new_ids.contains(&m.id))
+        .cloned()
+        .collect();
+    let rejections = handler.handle(&tx, &fresh).await?;
+
+    let mut letters = batch.dead_letters.clone();
+    letters.extend(rejections.iter().filter_map(|r| rejected_letter(&fresh, r)));
+    let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
+    tx.commit().await?;
+
+    Ok(TxOutcome {
+        received,
+        new: fresh.len() as u64,
+        duplicates: (batch.messages.len() - fresh.len()) as u64,
+        rejected: rejections.len() as u64,
+        invalid: batch.dead_letters.len() as u64,
+        dead_letters_written: written,
+    })
+}
+
+/// The per-message inbox transaction: `record` holds exactly one decoded record.
+pub async fn apply_one<H: Handler>(
+    client: &mut Client,
+    handler: &H,
+    topic: &str,
+    partition: i32,
+    record: &Decoded<H::Payload>,
+) -> Result<TxOutcome, InboxError> {
+    let tx = client.transaction().await?;
+    let mut outcome = TxOutcome {
+        received: 1,
+        invalid: record.dead_letters.len() as u64,
+        ..TxOutcome::default()
+    };
+    let mut letters = record.dead_letters.clone();
+    if let Some(message) = record.messages.first() {
+        let stmt = tx.prepare_cached(INSERT_ONE_ID).await?;
+        let offset = message.raw.offset;
+        let row = tx
+            .query_opt(&stmt, &[&message.id, &topic, &partition, &offset])
+            .await?;
+        if row.is_some() {
+            outcome.new = 1;
+            if let Some(rejection) = handler.handle_one(&tx, message).await? {
+                outcome.rejected = 1;
+                letters.extend(rejected_letter(std::slice::from_ref(message), &rejection));
+            }
+        } else {
+            outcome.duplicates = 1;
+        }
+    }
+    outcome.dead_letters_written = dead_letter::insert(&tx, topic, partition, &letters).await?;
+    tx.commit().await?;
+    Ok(outcome)
+}
+
+async fn insert_ids<P>(
+    tx: &Transaction<'_>,
+    topic: &str,
+    partition: i32,
+    messages: &[&Message<P>],
+) -> Result<HashSet<Uuid>, InboxError> {
+    if messages.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let ids: Vec<Uuid> = messages.iter().map(|m| m.id).collect();
+    let offsets: Vec<i64> = messages.iter().map(|m| m.raw.offset).collect();
+    let stmt = tx.prepare_cached(INSERT_IDS).await?;
+    let rows = tx
+        .query(&stmt, &[&ids, &topic, &partition, &offsets])
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+fn rejected_letter<P>(messages: &[Message<P>], rejection: &Rejection) -> Option<DeadLetter> {
+    let message = messages.get(rejection.index)?;
+    Some(DeadLetter::new(
+        message.raw.clone(),
+        Some(message.id.to_string()),
+        rejection.reason,
+        rejection.detail.clone(),
+    ))
+}

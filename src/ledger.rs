@@ -1,0 +1,237 @@
+//! The reference handler: account balances that never go below zero.
+//!
+//! Rules (pure, in [`apply`]): per account, entries take effect in partition order; an account is
+//! created at 0 by its first message; a debit that would take the balance below zero, or an amount
+//! that would overflow it, is rejected and changes nothing.
+//!
+//! Batched path: the batch's accounts are locked in ascending order (`FOR UPDATE … ORDER BY`), so
+//! concurrent batches over overlapping accounts never deadlock; the rules run in memory; the final
+//! balances are written with one statement. Three statements, whatever the batch size.
+
+use std::collections::HashMap;
+
+use crate::Transaction;
+use serde::Deserialize;
+
+use crate::dead_letter::Reason;
+use crate::error::HandlerError;
+use crate::handler::{Handler, Rejection};
+use crate::message::{Decode, Message, RawMessage};
+
+/// One ledger entry: the message value `{"account_id": i64, "amount": i64}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub struct Entry {
+    /// The account.
+    pub account_id: i64,
+    /// Minor units; negative is a debit.
+    pub amount: i64,
+}
+
+impl Decode for Entry {
+    fn decode(raw: &RawMessage) -> Result<Self, (Reason, String)> {
+        match raw.payload.as_deref() {
+            None | Some(b"") => Err((Reason::EmptyPayload, "the record has no value".to_owned())),
+            Some(bytes) => serde_json::from_slice(bytes).map_err(|e| {
+                (
+                    Reason::InvalidPayload,
+                    format!("expected {{\"account_id\": i64, \"amount\": i64}}: {e}"),
+                )
+            }),
+        }
+    }
+}
+
+/// Applies one amount to a balance, or says why it is refused.
+pub fn apply_amount(balance: i64, amount: i64) -> Result<i64, (Reason, String)> {
+    match balance.checked_add(amount) {
+        Some(next) if next >= 0 => Ok(next),
+        Some(_) => Err((
+            Reason::InsufficientFunds,
+            format!("balance {balance} cannot cover {amount}"),
+        )),
+        None => Err((
+            Reason::AmountOverflow,
+            format!("balance {balance} plus {amount} overflows"),
+        )),
+    }
+}
+
+/// Applies entries in order to `balances` (accounts missing from the map start at 0) and returns
+/// the refused entries by index.
+pub fn apply<'a>(
+    balances: &mut HashMap<i64, i64>,
+    entries: impl IntoIterator<Item = &'a Entry>,
+) -> Vec<Rejection> {
+    let mut rejected = Vec::new();
+    for (index, entry) in entries.into_iter().enumerate() {
+        let balance = balances.entry(entry.account_id).or_insert(0);
+        match apply_amount(*balance, entry.amount) {
+            Ok(next) => *balance = next,
+            Err((reason, detail)) => rejected.push(Rejection {
+                index,
+                reason,
+                detail,
+            }),
+        }
+    }
+    rejected
+}
+
+/// The ledger handler.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ledger;
+
+const ENSURE_ACCOUNTS: &str = "\
+INSERT INTO balances (account_id, amount)
+SELECT a, 0 FROM unnest($1::bigint[]) AS a ORDER BY a
+ON CONFLICT (account_id) DO NOTHING";
+
+const LOCK_ACCOUNTS: &str = "\
+SELECT account_id, amount FROM balances
+WHERE account_id = ANY($1::bigint[])
+ORDER BY account_id FOR UPDATE";
+
+const WRITE_BALANCES: &str = "\
+UPDATE balances AS b SET amount = v.amount
+FROM unnest($1::bigint[], $2::bigint[]) AS v(account_id, amount)
+WHERE b.account_id = v.account_id";
+
+const ENSURE_ONE: &str =
+    "INSERT INTO balances (account_id, amount) VALUES ($1, 0) ON CONFLICT (account_id) DO NOTHING";
+
+const APPLY_ONE: &str = "\
+UPDATE balances SET amount = amount + $2
+WHERE account_id = $1 AND amount::numeric + $2 BETWEEN 0 AND 9223372036854775807
+RETURNING amount";
+
+const READ_ONE: &str = "SELECT amount FROM balances WHERE account_id = $1";
+
+impl Handler for Ledger {
+    type Payload = Entry;
+
+    async fn handle(
+        &self,
+        tx: &Transaction<'_>,
+        messages: &[Message<Entry>],
+    ) -> Result<Vec<Rejection>, HandlerError> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut accounts: Vec<i64> = messages.iter().map(|m| m.payload.account_id).collect();
+        accounts.sort_unstable();
+        accounts.dedup();
+
+        let ensure = tx.prepare_cached(ENSURE_ACCOUNTS).await?;
+        tx.execute(&ensure, &[&accounts]).await?;
+        let lock = tx.prepare_cached(LOCK_ACCOUNTS).await?;
+        let rows = tx.query(&lock, &[&accounts]).await?;
+        let before: HashMap<i64, i64> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+
+        let mut balances = before.clone();
+        let rejected = apply(&mut balances, messages.iter().map(|m| &m.payload));
+
+        let (ids, amounts): (Vec<i64>, Vec<i64>) = balances
+            .iter()
+            .filter(|(id, amount)| before.get(id) != Some(amount))
+            .map(|(id, amount)| (*id, *amount))
+            .unzip();
+        if !ids.is_empty() {
+            let write = tx.prepare_cached(WRITE_BALANCES).await?;
+            tx.execute(&write, &[&ids, &amounts]).await?;
+        }
+        Ok(rejected)
+    }
+
+    async fn handle_one(
+        &self,
+        tx: &Transaction<'_>,
+        message: &Message<Entry>,
+    ) -> Result<Option<Rejection>, HandlerError> {
+        let Entry { account_id, amount } = message.payload;
+        let ensure = tx.prepare_cached(ENSURE_ONE).await?;
+        tx.execute(&ensure, &[&account_id]).await?;
+        let apply_one = tx.prepare_cached(APPLY_ONE).await?;
+        if tx
+            .query_opt(&apply_one, &[&account_id, &amount])
+            .await?
+            .is_some()
+        {
+            return Ok(None);
+        }
+        // Refused: read the balance only to say why.
+        let read = tx.prepare_cached(READ_ONE).await?;
+        let balance: i64 = tx.query_one(&read, &[&account_id]).await?.get(0);
+        let (reason, detail) = apply_amount(balance, amount)
+            .err()
+            .unwrap_or((Reason::InsufficientFunds, format!("balance {balance}")));
+        Ok(Some(Rejection {
+            index: 0,
+            reason,
+            detail,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::tests::raw;
+
+    fn e(account_id: i64, amount: i64) -> Entry {
+        Entry { account_id, amount }
+    }
+
+    #[test]
+    fn debits_are_rejected_in_partition_order() {
+        let mut balances = HashMap::new();
+        let entries = [e(1, -5), e(1, 10), e(1, -7), e(1, -7), e(2, 3)];
+        let rejected = apply(&mut balances, &entries);
+        let refused: Vec<(usize, Reason)> = rejected.iter().map(|r| (r.index, r.reason)).collect();
+        assert_eq!(
+            refused,
+            vec![
+                (0, Reason::InsufficientFunds),
+                (3, Reason::InsufficientFunds)
+            ]
+        );
+        assert_eq!(balances, HashMap::from([(1, 3), (2, 3)]));
+    }
+
+    #[test]
+    fn overflow_is_rejected_not_wrapped() {
+        assert_eq!(
+            apply_amount(i64::MAX, 1).unwrap_err().0,
+            Reason::AmountOverflow
+        );
+        assert_eq!(apply_amount(5, -5), Ok(0));
+    }
+
+    #[test]
+    fn values_decode_or_say_why_not() {
+        let ok = raw(0, None, r#"{"account_id": 7, "amount": -3}"#);
+        assert_eq!(Entry::decode(&ok), Ok(e(7, -3)));
+        for (payload, reason) in [
+            ("", Reason::EmptyPayload),
+            ("{", Reason::InvalidPayload),
+            (
+                r#"{"account_id": "7", "amount": 1}"#,
+                Reason::InvalidPayload,
+            ),
+            (r#"{"account_id": 7}"#, Reason::InvalidPayload),
+            (
+                r#"{"account_id": 7, "amount": 1.5}"#,
+                Reason::InvalidPayload,
+            ),
+            ("[1, 2]", Reason::InvalidPayload),
+        ] {
+            assert_eq!(
+                Entry::decode(&raw(0, None, payload)).unwrap_err().0,
+                reason,
+                "{payload}"
+            );
+        }
+        let mut none = raw(0, None, "");
+        none.payload = None;
+        assert_eq!(Entry::decode(&none).unwrap_err().0, Reason::EmptyPayload);
+    }
+}

@@ -1,0 +1,45 @@
+//! # batch-inbox
+//!
+//! Applies a Kafka topic to PostgreSQL exactly once, with a micro-batched transactional inbox.
+//!
+//! ```text
+//! Kafka ─► consumer group member (one queue per assigned partition)
+//!            ─► batcher (per partition: size / bytes / linger)
+//!            ─► decoder (id header → UUID, value → payload; bad → dead letter)
+//!            ─► inbox transaction, one per batch:
+//!                 in-batch dedup · INSERT … unnest … ON CONFLICT DO NOTHING RETURNING
+//!                 · handler(tx, new messages only) · dead letters · COMMIT
+//!            ─► offset store (only after COMMIT) ─► Kafka offset commit
+//! ```
+//!
+//! **Guarantee.** Each valid message's effect is committed at most once per message id (the
+//! inbox's primary key, in the same transaction as the effect), and at least once (offsets are
+//! stored only after the COMMIT that covers them). Together: exactly once per id, as long as the
+//! inbox still holds the id when a copy arrives.
+//!
+//! A service implements [`Handler`]; [`ledger::Ledger`] is the reference implementation.
+
+pub mod batcher;
+pub mod config;
+pub mod consumer;
+pub mod db;
+pub mod dead_letter;
+pub mod demo;
+pub mod error;
+pub mod generate;
+pub mod handler;
+pub mod inbox;
+pub mod ledger;
+pub mod message;
+pub mod offsets;
+pub mod processor;
+pub mod produce;
+pub mod stats;
+pub mod verify;
+pub mod worker;
+
+/// The transaction a handler works in.
+pub use deadpool_postgres::Transaction;
+pub use handler::{Handler, Rejection};
+pub use inbox::Mode;
+pub use processor::{run, ProcessorConfig};

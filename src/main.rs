@@ -1,0 +1,147 @@
+//! The `batch-inbox` binary: parses the command line and calls the library.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use batch_inbox::config::{Cli, Command, DemoArgs, ProduceArgs, RunArgs};
+use batch_inbox::{db, ledger::Ledger};
+use clap::Parser;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,rdkafka=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Migrate(args) => migrate(&args.database_url).await,
+        Command::Run(args) => run(args).await,
+        Command::Produce(args) => produce(args).await,
+        Command::Demo(args) => demo(args).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn migrate(url: &str) -> anyhow::Result<()> {
+    let pool = db::connect(url, 1).await?;
+    let applied = db::migrate(&pool).await?;
+    println!("migrations applied: {applied:?}");
+    Ok(())
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, args.pipeline.pool_size.get()).await?;
+    db::check_schema(&pool).await?;
+    let started = std::time::Instant::now();
+    let stats =
+        batch_inbox::run(args.processor(), pool, Arc::new(Ledger), shutdown_signal()).await?;
+    let s = stats.snapshot();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "records {} new {} duplicates {} dead-lettered {} (invalid {}, rejected {}) transactions {} retries {} in {secs:.1}s",
+        s.records, s.new, s.duplicates, s.invalid + s.rejected, s.invalid, s.rejected, s.transactions, s.retries
+    );
+    Ok(())
+}
+
+async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
+    let brokers = &args.kafka.brokers;
+    batch_inbox::produce::ensure_topic(brokers, &args.kafka.topic, args.partitions)
+        .await
+        .context("creating the topic")?;
+    let (records, expected) = batch_inbox::generate::generate(args.generator.settings());
+    let producer = batch_inbox::produce::producer(brokers, &args.kafka.properties)?;
+    let started = std::time::Instant::now();
+    let sent = batch_inbox::produce::send_all(&producer, &args.kafka.topic, records).await?;
+    println!(
+        "produced {sent} records in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(path) = args.expect {
+        std::fs::write(&path, serde_json::to_vec_pretty(&expected)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+async fn demo(args: DemoArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, args.pipeline.pool_size.get()).await?;
+    db::migrate(&pool).await?;
+    let client = pool.get().await?;
+    client
+        .batch_execute("TRUNCATE inbox, dead_letters, balances")
+        .await?;
+    drop(client);
+    let pipeline = args.pipeline.clone();
+    let report = batch_inbox::demo::run(pool, args.generator.settings(), args.partitions, |k| {
+        pipeline.processor(k, true)
+    })
+    .await?;
+    let s = report.stats;
+    let e = &report.expected;
+    let secs = report.elapsed.as_secs_f64();
+    println!(
+        "mode            {:?}, batch size {}",
+        args.pipeline.mode, args.pipeline.batch_size
+    );
+    println!("messages        {}", s.records);
+    println!("new (applied)   {}", s.new - s.rejected);
+    println!("duplicates      {}", s.duplicates);
+    println!(
+        "dead-lettered   {} (bad input {}, insufficient funds {})",
+        s.invalid + s.rejected,
+        s.invalid,
+        s.rejected
+    );
+    println!("transactions    {}", s.transactions);
+    println!(
+        "elapsed         {secs:.2}s including the group join ({:.0} msgs/s)",
+        s.records as f64 / secs
+    );
+    println!("sum of balances {}", e.total());
+    if report.differences.is_empty() {
+        println!(
+            "verified        database equals the model: {} inbox ids, {} balances",
+            e.new,
+            e.balances.len()
+        );
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "database differs from the model: {}",
+            report.differences.join("; ")
+        )
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return ctrl_c.await.unwrap_or(()),
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested: finishing in-flight batches");
+}

@@ -1,0 +1,228 @@
+//! The one owned message type that crosses the pipeline's stages, and the decoding of its id.
+//!
+//! A [`RawMessage`] is what Kafka delivered, copied out of rdkafka's borrowed types so that it can
+//! be batched and moved between tasks. [`Decoded`] splits a batch into messages the handler may
+//! see ([`Message`]) and [`DeadLetter`]s: decoding never fails the batch and never panics, every
+//! message ends as exactly one of the two.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use uuid::Uuid;
+
+use crate::dead_letter::{DeadLetter, Reason};
+
+/// One Kafka header: a name and an optional value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// Header name.
+    pub key: String,
+    /// Header value; `None` is a null header.
+    pub value: Option<Bytes>,
+}
+
+/// A Kafka record as delivered, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawMessage {
+    /// Topic it was read from.
+    pub topic: Arc<str>,
+    /// Partition it was read from.
+    pub partition: i32,
+    /// Its offset in the partition.
+    pub offset: i64,
+    /// Kafka timestamp in milliseconds since the epoch, when the record has one.
+    pub timestamp_ms: Option<i64>,
+    /// Record key.
+    pub key: Option<Bytes>,
+    /// Record value.
+    pub payload: Option<Bytes>,
+    /// Record headers, in order.
+    pub headers: Vec<Header>,
+}
+
+impl RawMessage {
+    /// The value of the first header called `name`, if present and non-null.
+    pub fn header(&self, name: &str) -> Option<&Bytes> {
+        self.headers
+            .iter()
+            .find(|h| h.key == name)
+            .and_then(|h| h.value.as_ref())
+    }
+
+    /// Size used by the batcher's byte limit: key, value and headers.
+    pub fn size_bytes(&self) -> usize {
+        let key = self.key.as_ref().map_or(0, Bytes::len);
+        let payload = self.payload.as_ref().map_or(0, Bytes::len);
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Bytes::len))
+            .sum();
+        key + payload + headers
+    }
+}
+
+/// A message whose id and payload decoded: what the handler sees.
+#[derive(Debug, Clone)]
+pub struct Message<P> {
+    /// The message id from the id header.
+    pub id: Uuid,
+    /// The decoded business payload.
+    pub payload: P,
+    /// The record it came from (shared: cloning a message is cheap).
+    pub raw: Arc<RawMessage>,
+}
+
+/// Turns a record's value into a handler's payload type.
+pub trait Decode: Sized {
+    /// Decodes the payload, or says why it is not acceptable (the dead-letter reason and detail).
+    fn decode(raw: &RawMessage) -> Result<Self, (Reason, String)>;
+}
+
+/// A batch split into decodable messages and dead letters, in partition order.
+#[derive(Debug)]
+pub struct Decoded<P> {
+    /// Messages with a valid id and payload.
+    pub messages: Vec<Message<P>>,
+    /// Messages that cannot be applied, with the reason.
+    pub dead_letters: Vec<DeadLetter>,
+}
+
+/// Reads the message id from header `id_header`.
+pub fn decode_id(raw: &RawMessage, id_header: &str) -> Result<Uuid, (Reason, String)> {
+    let Some(value) = raw.header(id_header) else {
+        return Err((
+            Reason::MissingId,
+            format!("no header named {id_header:?} with a value"),
+        ));
+    };
+    let text = std::str::from_utf8(value)
+        .map_err(|_| (Reason::InvalidId, "id header is not UTF-8".to_owned()))?;
+    Uuid::try_parse(text.trim())
+        .map_err(|e| (Reason::InvalidId, format!("id {text:?} is not a UUID: {e}")))
+}
+
+/// Decodes a whole batch: every record becomes either a [`Message`] or a [`DeadLetter`].
+pub fn decode_batch<P: Decode>(batch: Vec<RawMessage>, id_header: &str) -> Decoded<P> {
+    let mut messages = Vec::with_capacity(batch.len());
+    let mut dead_letters = Vec::new();
+    for raw in batch {
+        let raw = Arc::new(raw);
+        let decoded =
+            decode_id(&raw, id_header).and_then(|id| P::decode(&raw).map(|payload| (id, payload)));
+        match decoded {
+            Ok((id, payload)) => messages.push(Message { id, payload, raw }),
+            Err((reason, detail)) => {
+                let id_text = raw
+                    .header(id_header)
+                    .map(|v| String::from_utf8_lossy(v).into_owned());
+                dead_letters.push(DeadLetter::new(raw, id_text, reason, detail));
+            }
+        }
+    }
+    Decoded {
+        messages,
+        dead_letters,
+    }
+}
+
+/// Drops later copies of an id inside one batch, keeping the first occurrence and the order.
+/// Returns how many were dropped.
+pub fn dedup_in_batch<T>(items: &mut Vec<T>, id: impl Fn(&T) -> Uuid) -> usize {
+    let before = items.len();
+    let mut seen = std::collections::HashSet::with_capacity(before);
+    items.retain(|m| seen.insert(id(m)));
+    before - items.len()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn raw(offset: i64, id: Option<&str>, payload: &str) -> RawMessage {
+        RawMessage {
+            topic: Arc::from("t"),
+            partition: 0,
+            offset,
+            timestamp_ms: None,
+            key: None,
+            payload: Some(Bytes::copy_from_slice(payload.as_bytes())),
+            headers: id
+                .map(|id| Header {
+                    key: "id".to_owned(),
+                    value: Some(Bytes::copy_from_slice(id.as_bytes())),
+                })
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    struct Text;
+    impl Decode for Text {
+        fn decode(raw: &RawMessage) -> Result<Self, (Reason, String)> {
+            match raw.payload.as_deref() {
+                Some(b"bad") => Err((Reason::InvalidPayload, "bad".to_owned())),
+                _ => Ok(Text),
+            }
+        }
+    }
+
+    const A: &str = "0191e5a0-0000-7000-8000-000000000001";
+    const B: &str = "0191e5a0-0000-7000-8000-000000000002";
+
+    #[test]
+    fn every_record_becomes_a_message_or_a_dead_letter() {
+        let batch = vec![
+            raw(0, Some(A), "ok"),
+            raw(1, None, "ok"),
+            raw(2, Some("nope"), "ok"),
+            raw(3, Some(B), "bad"),
+            raw(4, Some(B), "ok"),
+        ];
+        let d = decode_batch::<Text>(batch, "id");
+        let offsets: Vec<i64> = d.messages.iter().map(|m| m.raw.offset).collect();
+        assert_eq!(offsets, vec![0, 4]);
+        let reasons: Vec<(i64, Reason)> = d
+            .dead_letters
+            .iter()
+            .map(|d| (d.raw.offset, d.reason))
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (1, Reason::MissingId),
+                (2, Reason::InvalidId),
+                (3, Reason::InvalidPayload)
+            ]
+        );
+        assert_eq!(d.dead_letters[1].message_id.as_deref(), Some("nope"));
+    }
+
+    #[test]
+    fn another_id_header_can_be_chosen() {
+        let mut m = raw(0, None, "ok");
+        m.headers.push(Header {
+            key: "ce_id".to_owned(),
+            value: Some(Bytes::from_static(A.as_bytes())),
+        });
+        assert_eq!(decode_id(&m, "ce_id").unwrap().to_string(), A);
+        assert_eq!(decode_id(&m, "id").unwrap_err().0, Reason::MissingId);
+    }
+
+    #[test]
+    fn in_batch_dedup_keeps_first_occurrence_in_order() {
+        let d = decode_batch::<Text>(
+            vec![
+                raw(0, Some(A), "ok"),
+                raw(1, Some(B), "ok"),
+                raw(2, Some(A), "ok"),
+                raw(3, Some(B), "ok"),
+            ],
+            "id",
+        );
+        let mut msgs = d.messages;
+        assert_eq!(dedup_in_batch(&mut msgs, |m| m.id), 2);
+        let offsets: Vec<i64> = msgs.iter().map(|m| m.raw.offset).collect();
+        assert_eq!(offsets, vec![0, 1]);
+    }
+}

@@ -1,0 +1,87 @@
+//! Wiring: a group member, an inbox and one worker per assigned partition.
+
+use std::future::Future;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::consumer::{
+    queue_input, GroupMember, KafkaConsumer, KafkaSettings, Spawner, WorkerHandle,
+};
+use crate::error::RunError;
+use crate::handler::Handler;
+use crate::inbox::Inbox;
+use crate::stats::Stats;
+use crate::worker::{PartitionWorker, WorkerSettings};
+
+/// Everything a processor needs besides the database pool and the handler.
+#[derive(Debug, Clone)]
+pub struct ProcessorConfig {
+    /// Kafka client settings.
+    pub kafka: KafkaSettings,
+    /// Batching, mode and retries.
+    pub worker: WorkerSettings,
+    /// Header carrying the message id.
+    pub id_header: String,
+    /// Return once every assigned partition is at its end and committed.
+    pub exit_on_eof: bool,
+    /// How long a revoke waits for a partition's in-flight batch.
+    pub revoke_timeout: Duration,
+}
+
+/// Consumes `config.kafka.topic` and applies it with `handler` until `shutdown` resolves (or,
+/// with `exit_on_eof`, the topic is drained). Returns the totals.
+pub async fn run<H: Handler>(
+    config: ProcessorConfig,
+    pool: Pool,
+    handler: Arc<H>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Arc<Stats>, RunError> {
+    let stats = Arc::new(Stats::default());
+    let inbox = Arc::new(Inbox::new(pool, handler, config.id_header.as_str()));
+    let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
+    let member = GroupMember::new(&config.kafka, config.revoke_timeout, |consumer| {
+        spawner(consumer, inbox, config.worker, stats.clone(), fail_tx)
+    })?;
+    let result = member
+        .poll_until(shutdown, &mut fail_rx, config.exit_on_eof)
+        .await;
+    member.shutdown().await;
+    result.map(|()| stats)
+}
+
+fn spawner<H: Handler>(
+    consumer: Weak<KafkaConsumer>,
+    inbox: Arc<Inbox<H>>,
+    settings: WorkerSettings,
+    stats: Arc<Stats>,
+    failures: mpsc::UnboundedSender<RunError>,
+) -> Spawner {
+    let sink = Arc::new(GroupMember::offsets(consumer));
+    Box::new(move |topic, partition, queue| {
+        let stop = CancellationToken::new();
+        let at_eof = Arc::new(AtomicBool::new(false));
+        let worker = PartitionWorker::new(
+            topic.clone(),
+            partition,
+            inbox.clone(),
+            sink.clone(),
+            settings,
+            stats.clone(),
+            at_eof.clone(),
+        );
+        let failures = failures.clone();
+        let token = stop.clone();
+        let join = tokio::spawn(async move {
+            if let Err(e) = worker.run(queue_input(topic, &queue), token).await {
+                tracing::error!(partition, "partition worker stopped: {e}");
+                let _ = failures.send(e);
+            }
+        });
+        WorkerHandle { stop, at_eof, join }
+    })
+}

@@ -1,0 +1,104 @@
+//! Writes records to a topic in the wire contract: header `id`, key = account id, JSON value.
+//! Each record's Kafka timestamp is its send time, so latency is measured from there.
+
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::util::Timeout;
+
+use crate::generate::Record;
+
+/// Most records awaiting delivery at once.
+const IN_FLIGHT: usize = 20_000;
+
+/// Creates `topic` with `partitions` partitions unless it exists.
+pub async fn ensure_topic(brokers: &str, topic: &str, partitions: i32) -> Result<(), KafkaError> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for result in admin.create_topics([&new], &opts).await? {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => return Err(KafkaError::AdminOp(code)),
+        }
+    }
+    Ok(())
+}
+
+/// A producer that keeps per-partition order across retries (idempotent).
+pub fn producer(
+    brokers: &str,
+    overrides: &[(String, String)],
+) -> Result<FutureProducer, KafkaError> {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("message.timeout.ms", "60000");
+    for (k, v) in overrides {
+        c.set(k, v);
+    }
+    c.create()
+}
+
+/// Sends every record and waits for each delivery; returns how many were delivered.
+pub async fn send_all(
+    producer: &FutureProducer,
+    topic: &str,
+    records: impl IntoIterator<Item = Record>,
+) -> Result<u64, KafkaError> {
+    let mut pending = FuturesUnordered::new();
+    let mut delivered = 0u64;
+    for r in records {
+        if pending.len() >= IN_FLIGHT {
+            if let Some(result) = pending.next().await {
+                result?;
+                delivered += 1;
+            }
+        }
+        pending.push(send(producer, topic, r));
+    }
+    while let Some(result) = pending.next().await {
+        result?;
+        delivered += 1;
+    }
+    producer.flush(Timeout::After(Duration::from_secs(30)))?;
+    Ok(delivered)
+}
+
+type Delivery = Result<(), KafkaError>;
+
+async fn send(producer: &FutureProducer, topic: &str, r: Record) -> Delivery {
+    let headers = match &r.id {
+        Some(id) => OwnedHeaders::new().insert(Header {
+            key: "id",
+            value: Some(id.as_bytes()),
+        }),
+        None => OwnedHeaders::new(),
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut record = FutureRecord::to(topic)
+        .key(r.key.as_bytes())
+        .headers(headers)
+        .timestamp(now_ms);
+    if let Some(v) = &r.value {
+        record = record.payload(v.as_slice());
+    }
+    producer
+        .send(record, Timeout::After(Duration::from_secs(60)))
+        .await
+        .map(|_| ())
+        .map_err(|(e, _)| e)
+}

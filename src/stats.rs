@@ -1,0 +1,75 @@
+//! Running totals of a processor, shared by its partition workers.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::inbox::TxOutcome;
+
+/// Counters since the processor started. Updated after each COMMIT.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Records in committed transactions.
+    pub records: AtomicU64,
+    /// New ids handed to the handler.
+    pub new: AtomicU64,
+    /// Records skipped as duplicates.
+    pub duplicates: AtomicU64,
+    /// New messages the handler rejected.
+    pub rejected: AtomicU64,
+    /// Records that could not be decoded.
+    pub invalid: AtomicU64,
+    /// Dead-letter rows written.
+    pub dead_letters_written: AtomicU64,
+    /// Committed transactions.
+    pub transactions: AtomicU64,
+    /// Attempts that failed and were retried.
+    pub retries: AtomicU64,
+}
+
+/// A copy of [`Stats`] at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StatsSnapshot {
+    /// Records in committed transactions.
+    pub records: u64,
+    /// New ids handed to the handler.
+    pub new: u64,
+    /// Records skipped as duplicates.
+    pub duplicates: u64,
+    /// New messages the handler rejected.
+    pub rejected: u64,
+    /// Records that could not be decoded.
+    pub invalid: u64,
+    /// Dead-letter rows written.
+    pub dead_letters_written: u64,
+    /// Committed transactions.
+    pub transactions: u64,
+    /// Attempts that failed and were retried.
+    pub retries: u64,
+}
+
+impl Stats {
+    /// Adds one committed transaction.
+    pub fn record(&self, o: &TxOutcome) {
+        self.records.fetch_add(o.received, Relaxed);
+        self.new.fetch_add(o.new, Relaxed);
+        self.duplicates.fetch_add(o.duplicates, Relaxed);
+        self.rejected.fetch_add(o.rejected, Relaxed);
+        self.invalid.fetch_add(o.invalid, Relaxed);
+        self.dead_letters_written
+            .fetch_add(o.dead_letters_written, Relaxed);
+        self.transactions.fetch_add(1, Relaxed);
+    }
+
+    /// Reads every counter.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            records: self.records.load(Relaxed),
+            new: self.new.load(Relaxed),
+            duplicates: self.duplicates.load(Relaxed),
+            rejected: self.rejected.load(Relaxed),
+            invalid: self.invalid.load(Relaxed),
+            dead_letters_written: self.dead_letters_written.load(Relaxed),
+            transactions: self.transactions.load(Relaxed),
+            retries: self.retries.load(Relaxed),
+        }
+    }
+}

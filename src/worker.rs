@@ -1,0 +1,300 @@
+//! One partition's worker: batches its records, runs the inbox transaction, then stores offsets.
+//!
+//! Invariant (the one this module exists to keep): an offset is stored only after the database
+//! transaction covering every record before it has committed. A batch that fails transiently is
+//! retried with backoff; a batch that cannot commit stops the worker without storing anything, so
+//! Kafka redelivers it.
+//!
+//! The worker knows no Kafka type: it reads [`Input`]s from any stream and stores offsets through
+//! an [`OffsetSink`], so tests drive it with channels and paused time.
+
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::batcher::{Batcher, BatcherSettings};
+use crate::error::{InboxError, RunError};
+use crate::handler::Handler;
+use crate::inbox::{Inbox, Mode, TxOutcome};
+use crate::message::RawMessage;
+use crate::offsets::OffsetTracker;
+use crate::stats::Stats;
+
+/// What a partition's source yields.
+#[derive(Debug)]
+pub enum Input {
+    /// A record.
+    Record(RawMessage),
+    /// The partition's end was reached (no more records for now).
+    Eof,
+    /// A consumer error for this partition; the client keeps going.
+    Error(String),
+}
+
+/// Where committed positions go (Kafka's offset store in production).
+pub trait OffsetSink: Send + Sync + 'static {
+    /// Stores `next_offset` as the partition's position to commit.
+    fn store(&self, topic: &str, partition: i32, next_offset: i64) -> Result<(), String>;
+}
+
+/// Retry schedule for transient failures: exponential with full jitter, capped.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Delay before the first retry (before jitter).
+    pub initial: Duration,
+    /// Largest delay.
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(10),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Delay before retry number `attempt` (1-based): uniformly in [cap/2, cap].
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(16);
+        let cap = self.initial.saturating_mul(factor).min(self.max);
+        let half = cap / 2;
+        half + half.mul_f64(rand::random::<f64>())
+    }
+}
+
+/// Settings shared by every partition worker of a processor.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerSettings {
+    /// Batched or per-message transactions.
+    pub mode: Mode,
+    /// Batch limits.
+    pub batcher: BatcherSettings,
+    /// Retry schedule.
+    pub retry: RetryPolicy,
+}
+
+/// The state of one assigned partition.
+pub struct PartitionWorker<H: Handler, S: OffsetSink> {
+    topic: Arc<str>,
+    partition: i32,
+    inbox: Arc<Inbox<H>>,
+    sink: Arc<S>,
+    settings: WorkerSettings,
+    stats: Arc<Stats>,
+    at_eof: Arc<AtomicBool>,
+    tracker: OffsetTracker,
+    batcher: Batcher<RawMessage>,
+}
+
+enum Step {
+    Input(Option<Input>),
+    Linger,
+    Stop,
+}
+
+impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
+    /// A worker for `topic`/`partition`. `at_eof` is set while every record read so far is
+    /// committed and the source reported its end.
+    pub fn new(
+        topic: Arc<str>,
+        partition: i32,
+        inbox: Arc<Inbox<H>>,
+        sink: Arc<S>,
+        settings: WorkerSettings,
+        stats: Arc<Stats>,
+        at_eof: Arc<AtomicBool>,
+    ) -> Self {
+        let batcher = Batcher::new(settings.batcher);
+        Self {
+            topic,
+            partition,
+            inbox,
+            sink,
+            settings,
+            stats,
+            at_eof,
+            tracker: OffsetTracker::default(),
+            batcher,
+        }
+    }
+
+    /// Runs until the source ends or `stop` is cancelled. On stop, records already read are
+    /// committed before returning (unless the database is failing, in which case they are left
+    /// for redelivery).
+    pub async fn run(
+        mut self,
+        source: impl Stream<Item = Input>,
+        stop: CancellationToken,
+    ) -> Result<(), RunError> {
+        let mut source = pin!(source);
+        loop {
+            let deadline = self.batcher.deadline();
+            let step = tokio::select! {
+                biased;
+                _ = stop.cancelled() => Step::Stop,
+                _ = sleep_until_opt(deadline) => Step::Linger,
+                input = source.next() => Step::Input(input),
+            };
+            match step {
+                Step::Stop | Step::Input(None) => {
+                    self.batcher.flush();
+                    return self.drain_ready(&stop, true).await;
+                }
+                Step::Linger => self.batcher.tick(Instant::now()),
+                Step::Input(Some(Input::Record(raw))) => {
+                    self.at_eof.store(false, Ordering::Release);
+                    let size = raw.size_bytes();
+                    self.batcher.push(raw, size, Instant::now());
+                }
+                Step::Input(Some(Input::Eof)) => {
+                    self.batcher.flush();
+                    self.drain_ready(&stop, false).await?;
+                    self.at_eof.store(true, Ordering::Release);
+                    continue;
+                }
+                Step::Input(Some(Input::Error(e))) => {
+                    tracing::warn!(topic = %self.topic, partition = self.partition, "consumer: {e}");
+                }
+            }
+            self.drain_ready(&stop, false).await?;
+        }
+    }
+
+    async fn drain_ready(
+        &mut self,
+        stop: &CancellationToken,
+        stopping: bool,
+    ) -> Result<(), RunError> {
+        while let Some(batch) = self.batcher.pop_ready() {
+            if !self.commit(batch, stop, stopping).await? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a batch and stores its offsets. Returns false when the batch was abandoned
+    /// because the worker is stopping while the database fails.
+    async fn commit(
+        &mut self,
+        batch: Vec<RawMessage>,
+        stop: &CancellationToken,
+        stopping: bool,
+    ) -> Result<bool, RunError> {
+        match self.settings.mode {
+            Mode::Batched => {
+                let last = batch.last().map(|m| m.offset);
+                let decoded = self.inbox.decode(batch);
+                let (topic, partition) = (self.topic.clone(), self.partition);
+                let first = first_offset(&decoded);
+                let inbox = &self.inbox;
+                let outcome = self
+                    .retry(first, stop, stopping, || {
+                        inbox.apply_batch(&topic, partition, &decoded)
+                    })
+                    .await?;
+                let Some(outcome) = outcome else {
+                    return Ok(false);
+                };
+                self.committed(&outcome, last);
+            }
+            Mode::PerMessage => {
+                for raw in batch {
+                    let offset = raw.offset;
+                    let decoded = self.inbox.decode(vec![raw]);
+                    let (topic, partition) = (self.topic.clone(), self.partition);
+                    let inbox = &self.inbox;
+                    let outcome = self
+                        .retry(offset, stop, stopping, || {
+                            inbox.apply_one(&topic, partition, &decoded)
+                        })
+                        .await?;
+                    let Some(outcome) = outcome else {
+                        return Ok(false);
+                    };
+                    self.committed(&outcome, Some(offset));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Runs `attempt` until it commits, retrying transient failures with backoff. `Ok(None)`:
+    /// abandoned because the worker was asked to stop.
+    async fn retry<F, Fut>(
+        &self,
+        first_offset: i64,
+        stop: &CancellationToken,
+        stopping: bool,
+        mut attempt: F,
+    ) -> Result<Option<TxOutcome>, RunError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<TxOutcome, InboxError>>,
+    {
+        let mut failures = 0u32;
+        loop {
+            let error = match attempt().await {
+                Ok(outcome) => return Ok(Some(outcome)),
+                Err(e) if e.is_retryable() => e,
+                Err(source) => {
+                    return Err(RunError::Batch {
+                        topic: self.topic.to_string(),
+                        partition: self.partition,
+                        offset: first_offset,
+                        source,
+                    })
+                }
+            };
+            failures += 1;
+            self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            let delay = self.settings.retry.delay(failures);
+            tracing::warn!(
+                topic = %self.topic, partition = self.partition, offset = first_offset,
+                attempt = failures, retry_in_ms = delay.as_millis() as u64,
+                "batch failed, will retry: {error}"
+            );
+            if stopping || stop.is_cancelled() {
+                // Shutting down while the database fails: leave the batch for redelivery.
+                return Ok(None);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return Ok(None),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    fn committed(&mut self, outcome: &TxOutcome, last_offset: Option<i64>) {
+        self.stats.record(outcome);
+        let Some(next) = last_offset.and_then(|o| self.tracker.committed_through(o)) else {
+            return;
+        };
+        if let Err(e) = self.sink.store(&self.topic, self.partition, next) {
+            // The partition was revoked meanwhile: its new owner replays from the last commit
+            // and the inbox skips what this batch applied.
+            tracing::warn!(topic = %self.topic, partition = self.partition, next, "offset not stored: {e}");
+        }
+    }
+}
+
+fn first_offset<P>(d: &crate::message::Decoded<P>) -> i64 {
+    let a = d.messages.first().map(|m| m.raw.offset);
+    let b = d.dead_letters.first().map(|l| l.raw.offset);
+    a.into_iter().chain(b).min().unwrap_or(-1)
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
