@@ -100,7 +100,7 @@ impl ClientContext for GroupContext {
     fn error(&self, error: KafkaError, reason: &str) {
         match error {
             // End of partition is an event the partition workers handle, not a failure.
-            KafkaError::PartitionEOF(_) => {}
+            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF) => {}
             e => tracing::warn!("kafka client: {e}: {reason}"),
         }
     }

@@ -31,12 +31,15 @@ impl Decode for Entry {
     fn decode(raw: &RawMessage) -> Result<Self, (Reason, String)> {
         match raw.payload.as_deref() {
             None | Some(b"") => Err((Reason::EmptyPayload, "the record has no value".to_owned())),
-            Some(bytes) => serde_json::from_slice(bytes).map_err(|e| {
-                (
-                    Reason::InvalidPayload,
-                    format!("expected {{\"account_id\": i64, \"amount\": i64}}: {e}"),
-                )
-            }),
+            Some(bytes) => {
+                let expected = "expected {\"account_id\": i64, \"amount\": i64}";
+                // serde also reads a struct from an array; the contract is an object.
+                if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+                    return Err((Reason::InvalidPayload, format!("{expected}: not an object")));
+                }
+                serde_json::from_slice(bytes)
+                    .map_err(|e| (Reason::InvalidPayload, format!("{expected}: {e}")))
+            }
         }
     }
 }
@@ -100,8 +103,8 @@ const ENSURE_ONE: &str =
     "INSERT INTO balances (account_id, amount) VALUES ($1, 0) ON CONFLICT (account_id) DO NOTHING";
 
 const APPLY_ONE: &str = "\
-UPDATE balances SET amount = amount + $2
-WHERE account_id = $1 AND amount::numeric + $2 BETWEEN 0 AND 9223372036854775807
+UPDATE balances SET amount = amount + $2::bigint
+WHERE account_id = $1 AND amount::numeric + $2::bigint BETWEEN 0 AND 9223372036854775807
 RETURNING amount";
 
 const READ_ONE: &str = "SELECT amount FROM balances WHERE account_id = $1";
