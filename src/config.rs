@@ -35,6 +35,19 @@ pub enum Command {
     Produce(ProduceArgs),
     /// Run the whole pipeline against an in-process Kafka mock cluster and print what it did.
     Demo(DemoArgs),
+    /// Compare the database with the expected outcome written by `produce --expect`.
+    Verify(VerifyArgs),
+}
+
+/// `verify` flags.
+#[derive(Debug, Clone, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub db: DbArgs,
+    /// The JSON file written by `produce --expect`.
+    #[arg(long)]
+    pub expect: std::path::PathBuf,
 }
 
 /// Database connection.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use batch_inbox::config::{Cli, Command, DemoArgs, ProduceArgs, RunArgs};
+use batch_inbox::config::{Cli, Command, DemoArgs, ProduceArgs, RunArgs, VerifyArgs};
 use batch_inbox::{db, ledger::Ledger};
 use clap::Parser;
 
@@ -25,6 +25,7 @@ async fn main() -> std::process::ExitCode {
         Command::Run(args) => run(args).await,
         Command::Produce(args) => produce(args).await,
         Command::Demo(args) => demo(args).await,
+        Command::Verify(args) => verify(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -124,6 +125,28 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
             "database differs from the model: {}",
             report.differences.join("; ")
         )
+    }
+}
+
+async fn verify(args: VerifyArgs) -> anyhow::Result<()> {
+    let text = std::fs::read(&args.expect)
+        .with_context(|| format!("reading {}", args.expect.display()))?;
+    let expected: batch_inbox::generate::Expected =
+        serde_json::from_slice(&text).context("parsing the expected outcome")?;
+    let pool = db::connect(&args.db.database_url, 1).await?;
+    let observed = batch_inbox::verify::observe(&**pool.get().await?).await?;
+    let diffs = batch_inbox::verify::differences(&observed, &expected);
+    if diffs.is_empty() {
+        println!(
+            "PASS: {} inbox ids, {} dead letters, {} balances summing to {}",
+            observed.inbox,
+            observed.dead_letters.values().sum::<u64>(),
+            observed.balances.len(),
+            observed.balances.values().sum::<i64>()
+        );
+        Ok(())
+    } else {
+        anyhow::bail!("FAIL: {}", diffs.join("; "))
     }
 }
 

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs every test: unit tests, integration tests against the real PostgreSQL and librdkafka's mock
+# cluster, and end-to-end tests of the binary against a tansu broker process.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+ensure_postgres
+ensure_tansu
+cargo test --all-targets "$@"

@@ -1,0 +1,156 @@
+//! The `batch-inbox` binary as a separate process against a tansu broker process.
+
+#[path = "common/broker.rs"]
+mod broker;
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use batch_inbox::generate::Expected;
+use batch_inbox::verify::{differences, observe};
+use broker::Broker;
+use common::*;
+
+fn cli(db_url: &str, brokers: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_batch-inbox"))
+        .args(args)
+        .env("DATABASE_URL", db_url)
+        .env("KAFKA_BROKERS", brokers)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("the binary runs")
+}
+
+fn ok(out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn produce(url: &str, broker: &Broker, topic: &str, expect: &std::path::Path) -> Expected {
+    ok(cli(
+        url,
+        &broker.addr,
+        &[
+            "produce",
+            "--topic",
+            topic,
+            "--messages",
+            "20000",
+            "--accounts",
+            "300",
+            "--partitions",
+            "4",
+            "--duplicate-ratio",
+            "0.15",
+            "--bad-ratio",
+            "0.02",
+            "--expect",
+            expect.to_str().unwrap(),
+        ],
+    ));
+    serde_json::from_slice(&std::fs::read(expect).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_applies_a_tansu_topic_exactly_once() {
+    let broker = Broker::start();
+    let (url, pool) = fresh_db("e2e").await;
+    let expect = std::env::temp_dir().join("batch-inbox-e2e-expected.json");
+    let expected = produce(&url, &broker, "e2e", &expect);
+    assert!(expected.duplicates > 0 && expected.dead_letters.len() >= 5);
+
+    let out = ok(cli(
+        &url,
+        &broker.addr,
+        &["run", "--topic", "e2e", "--group", "e2e", "--exit-on-eof"],
+    ));
+    assert!(out.contains("records 20000 "), "{out}");
+    let verified = ok(cli(
+        &url,
+        &broker.addr,
+        &["verify", "--expect", expect.to_str().unwrap()],
+    ));
+    assert!(verified.starts_with("PASS"), "{verified}");
+    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
+    assert_eq!(differences(&observed, &expected), Vec::<String>::new());
+
+    // The per-message baseline, replaying the topic in another group, adds nothing.
+    let out = ok(cli(
+        &url,
+        &broker.addr,
+        &[
+            "run",
+            "--topic",
+            "e2e",
+            "--group",
+            "e2e-replay",
+            "--mode",
+            "per-message",
+            "--exit-on-eof",
+        ],
+    ));
+    assert!(out.contains("records 20000 new 0 "), "{out}");
+    let after = observe(&**pool.get().await.unwrap()).await.unwrap();
+    assert_eq!(after, observed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_in_flight_batches_and_commits_offsets() {
+    let broker = Broker::start();
+    let (url, pool) = fresh_db("e2e_sigterm").await;
+    let expect = std::env::temp_dir().join("batch-inbox-e2e-sigterm-expected.json");
+    let expected = produce(&url, &broker, "sigterm", &expect);
+
+    let child = Command::new(env!("CARGO_BIN_EXE_batch-inbox"))
+        .args(["run", "--topic", "sigterm", "--group", "g"])
+        .env("DATABASE_URL", &url)
+        .env("KAFKA_BROKERS", &broker.addr)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the database to hold every id (a condition, polled, with a deadline).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n: i64 = pool
+            .get()
+            .await
+            .unwrap()
+            .query_one("SELECT count(*) FROM inbox", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if n as u64 == expected.new {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "inbox stuck at {n} of {}",
+            expected.new
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let out = ok(child.wait_with_output().unwrap());
+    assert!(out.contains("records 20000 "), "{out}");
+
+    // Offsets were committed at shutdown: the same group has nothing left to read.
+    let again = ok(cli(
+        &url,
+        &broker.addr,
+        &["run", "--topic", "sigterm", "--group", "g", "--exit-on-eof"],
+    ));
+    assert!(again.contains("records 0 "), "{again}");
+}
