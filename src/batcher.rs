@@ -24,14 +24,23 @@ pub struct BatcherSettings {
     pub linger: Duration,
 }
 
+/// A closed batch.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Batch<T> {
+    /// Items, in arrival order.
+    pub items: Vec<T>,
+    /// When the first item arrived.
+    pub opened: Instant,
+}
+
 /// Accumulates items into batches. Closed batches wait in a ready queue until taken.
 #[derive(Debug)]
 pub struct Batcher<T> {
     settings: BatcherSettings,
     open: Vec<T>,
     open_bytes: usize,
-    deadline: Option<Instant>,
-    ready: VecDeque<Vec<T>>,
+    opened: Option<Instant>,
+    ready: VecDeque<Batch<T>>,
 }
 
 impl<T> Batcher<T> {
@@ -41,7 +50,7 @@ impl<T> Batcher<T> {
             settings,
             open: Vec::new(),
             open_bytes: 0,
-            deadline: None,
+            opened: None,
             ready: VecDeque::new(),
         }
     }
@@ -52,7 +61,7 @@ impl<T> Batcher<T> {
             self.close();
         }
         if self.open.is_empty() {
-            self.deadline = Some(now + self.settings.linger);
+            self.opened = Some(now);
             self.open.reserve(self.settings.max_items.get().min(4096));
         }
         self.open.push(item);
@@ -64,7 +73,7 @@ impl<T> Batcher<T> {
 
     /// Closes the open batch if its linger has passed at `now`.
     pub fn tick(&mut self, now: Instant) {
-        if self.deadline.is_some_and(|d| d <= now) {
+        if self.deadline().is_some_and(|d| d <= now) {
             self.close();
         }
     }
@@ -75,18 +84,18 @@ impl<T> Batcher<T> {
     }
 
     /// Takes the oldest closed batch.
-    pub fn pop_ready(&mut self) -> Option<Vec<T>> {
+    pub fn pop_ready(&mut self) -> Option<Batch<T>> {
         self.ready.pop_front()
     }
 
     /// When the open batch must be closed, if there is one.
     pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
+        self.opened.map(|o| o + self.settings.linger)
     }
 
     /// Items held, open and closed.
     pub fn len(&self) -> usize {
-        self.open.len() + self.ready.iter().map(Vec::len).sum::<usize>()
+        self.open.len() + self.ready.iter().map(|b| b.items.len()).sum::<usize>()
     }
 
     /// True when no item is held.
@@ -99,11 +108,11 @@ impl<T> Batcher<T> {
     }
 
     fn close(&mut self) {
-        if !self.open.is_empty() {
-            self.ready.push_back(std::mem::take(&mut self.open));
+        if let Some(opened) = self.opened.take() {
+            let items = std::mem::take(&mut self.open);
+            self.ready.push_back(Batch { items, opened });
         }
         self.open_bytes = 0;
-        self.deadline = None;
     }
 }
 
@@ -120,7 +129,7 @@ mod tests {
     }
 
     fn drain(b: &mut Batcher<u32>) -> Vec<Vec<u32>> {
-        std::iter::from_fn(|| b.pop_ready()).collect()
+        std::iter::from_fn(|| b.pop_ready().map(|b| b.items)).collect()
     }
 
     #[tokio::test(start_paused = true)]
@@ -158,7 +167,14 @@ mod tests {
         assert!(b.pop_ready().is_none(), "closed before its linger");
         tokio::time::advance(Duration::from_millis(20)).await;
         b.tick(Instant::now());
-        assert_eq!(drain(&mut b), vec![vec![1, 2]]);
+        let batch = b.pop_ready().unwrap();
+        assert_eq!(
+            batch,
+            Batch {
+                items: vec![1, 2],
+                opened: start
+            }
+        );
         assert_eq!(b.deadline(), None);
         b.push(3, 1, Instant::now());
         assert_eq!(

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::batcher::BatcherSettings;
 use crate::consumer::KafkaSettings;
-use crate::generate::GeneratorSettings;
+use crate::generate::{GeneratorSettings, KeyDistribution};
 use crate::inbox::Mode;
 use crate::processor::ProcessorConfig;
 use crate::worker::{RetryPolicy, WorkerSettings};
@@ -117,6 +117,15 @@ pub struct RunArgs {
     /// Exit 0 once every assigned partition is at its end and everything is committed.
     #[arg(long, env = "BATCH_INBOX_EXIT_ON_EOF")]
     pub exit_on_eof: bool,
+    /// Exit 0 once this many records are committed (fixed-rate load tests).
+    #[arg(long, value_name = "N")]
+    pub exit_after_records: Option<u64>,
+    /// Write the run's measurements (throughput, latency percentiles, peak memory) as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<std::path::PathBuf>,
+    /// Name of this run in the report.
+    #[arg(long, default_value = "run")]
+    pub label: String,
 }
 
 /// Input shape of `produce` and `demo`.
@@ -143,6 +152,9 @@ pub struct GeneratorArgs {
     /// Seed, for a reproducible input.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// How records spread over accounts (keys).
+    #[arg(long, value_enum, default_value_t = KeyDistribution::Uniform)]
+    pub keys: KeyDistribution,
 }
 
 /// `produce` flags.
@@ -160,6 +172,10 @@ pub struct ProduceArgs {
     /// Write the expected outcome (counts, balances) as JSON to this file.
     #[arg(long)]
     pub expect: Option<std::path::PathBuf>,
+    /// Records per second, at a constant rate (each record's timestamp is its intended send
+    /// time); unlimited when absent.
+    #[arg(long)]
+    pub rate: Option<f64>,
 }
 
 /// `demo` flags.
@@ -222,6 +238,7 @@ impl PipelineArgs {
             worker: self.worker(),
             id_header: self.id_header.clone(),
             exit_on_eof,
+            exit_after_records: None,
             revoke_timeout: Duration::from_secs(30),
         }
     }
@@ -237,7 +254,9 @@ impl RunArgs {
             partition_eof: self.exit_on_eof,
             overrides: self.kafka.properties.clone(),
         };
-        self.pipeline.processor(kafka, self.exit_on_eof)
+        let mut config = self.pipeline.processor(kafka, self.exit_on_eof);
+        config.exit_after_records = self.exit_after_records;
+        config
     }
 }
 
@@ -252,6 +271,7 @@ impl GeneratorArgs {
             debit_ratio: self.debit_ratio,
             id_version: self.id_version,
             seed: self.seed,
+            keys: self.keys,
         }
     }
 }

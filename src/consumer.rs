@@ -311,22 +311,23 @@ impl GroupMember {
         KafkaOffsets(consumer)
     }
 
-    /// Polls the group (rebalances, errors) until `done` resolves or a worker fails.
+    /// Polls the group (rebalances, errors) until `done` resolves, `finished` answers true
+    /// (checked every 50 ms), or a worker fails.
     pub async fn poll_until(
         &self,
         done: impl Future<Output = ()>,
         failures: &mut mpsc::UnboundedReceiver<RunError>,
-        exit_on_eof: bool,
+        finished: impl Fn(&GroupContext) -> bool,
     ) -> Result<(), RunError> {
         let mut done = pin!(done);
-        let mut eof_check = tokio::time::interval(Duration::from_millis(50));
+        let mut check = tokio::time::interval(Duration::from_millis(50));
         loop {
             tokio::select! {
                 biased;
                 _ = &mut done => return Ok(()),
                 Some(e) = failures.recv() => return Err(e),
-                _ = eof_check.tick(), if exit_on_eof => {
-                    if self.consumer.context().all_at_eof() {
+                _ = check.tick() => {
+                    if finished(self.consumer.context()) {
                         return Ok(());
                     }
                 }

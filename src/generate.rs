@@ -32,6 +32,55 @@ pub struct GeneratorSettings {
     pub id_version: u8,
     /// Seed of the generator.
     pub seed: u64,
+    /// How records spread over accounts.
+    #[serde(default)]
+    pub keys: KeyDistribution,
+}
+
+/// How records spread over accounts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyDistribution {
+    /// Every account equally likely.
+    #[default]
+    Uniform,
+    /// Zipf with exponent 1: account k is drawn with weight 1/k (a few hot accounts).
+    Zipf,
+}
+
+/// Draws account ids 1..=n by cumulative weights.
+#[derive(Debug)]
+struct Accounts {
+    cdf: Option<Vec<f64>>,
+    n: u64,
+}
+
+impl Accounts {
+    fn new(n: u64, keys: KeyDistribution) -> Self {
+        let n = n.max(1);
+        let cdf = (keys == KeyDistribution::Zipf).then(|| {
+            let mut total = 0.0;
+            let mut cdf: Vec<f64> = (1..=n)
+                .map(|k| {
+                    total += 1.0 / k as f64;
+                    total
+                })
+                .collect();
+            cdf.iter_mut().for_each(|c| *c /= total);
+            cdf
+        });
+        Self { cdf, n }
+    }
+
+    fn draw(&self, rng: &mut StdRng) -> i64 {
+        match &self.cdf {
+            None => rng.random_range(1..=self.n) as i64,
+            Some(cdf) => {
+                let u: f64 = rng.random();
+                (cdf.partition_point(|c| *c < u) as i64 + 1).min(self.n as i64)
+            }
+        }
+    }
 }
 
 impl Default for GeneratorSettings {
@@ -44,6 +93,7 @@ impl Default for GeneratorSettings {
             debit_ratio: 0.4,
             id_version: 7,
             seed: 1,
+            keys: KeyDistribution::Uniform,
         }
     }
 }
@@ -140,6 +190,7 @@ impl Model {
 /// Generates records deterministically from the settings' seed.
 pub struct Generator {
     settings: GeneratorSettings,
+    accounts: Accounts,
     rng: StdRng,
     valid: Vec<Record>,
     produced: u64,
@@ -151,6 +202,7 @@ impl Generator {
     pub fn new(settings: GeneratorSettings) -> Self {
         let rng = StdRng::seed_from_u64(settings.seed);
         Self {
+            accounts: Accounts::new(settings.accounts, settings.keys),
             settings,
             rng,
             valid: Vec::new(),
@@ -259,7 +311,7 @@ impl Iterator for Generator {
             return None;
         }
         self.produced += 1;
-        let account = self.rng.random_range(1..=self.settings.accounts.max(1)) as i64;
+        let account = self.accounts.draw(&mut self.rng);
         let roll: f64 = self.rng.random();
         let bad = self.settings.bad_ratio;
         let dup = self.settings.duplicate_ratio;
@@ -300,6 +352,7 @@ mod tests {
             debit_ratio: 0.5,
             id_version: 4,
             seed: 7,
+            keys: KeyDistribution::Uniform,
         };
         let (a, ea) = generate(s.clone());
         let (b, eb) = generate(s);
@@ -325,5 +378,16 @@ mod tests {
         }
         assert!(ea.duplicates > 500, "{}", ea.duplicates);
         assert!(ea.balances.values().all(|b| *b >= 0));
+    }
+
+    #[test]
+    fn zipf_keys_favour_low_accounts() {
+        let accounts = Accounts::new(1_000, KeyDistribution::Zipf);
+        let mut rng = StdRng::seed_from_u64(3);
+        let draws: Vec<i64> = (0..10_000).map(|_| accounts.draw(&mut rng)).collect();
+        assert!(draws.iter().all(|a| (1..=1_000).contains(a)));
+        let hot = draws.iter().filter(|a| **a == 1).count();
+        // P(1) = 1 / H(1000) ≈ 0.134
+        assert!((1_100..1_600).contains(&hot), "{hot}");
     }
 }

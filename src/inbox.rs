@@ -16,6 +16,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Client, Pool};
 use uuid::Uuid;
@@ -24,6 +25,7 @@ use crate::dead_letter::{self, DeadLetter};
 use crate::error::InboxError;
 use crate::handler::{Handler, Rejection};
 use crate::message::{decode_batch, dedup_in_batch, Decoded, Message, RawMessage};
+use crate::metrics::StageTimings;
 use crate::Transaction;
 
 /// How messages are grouped into transactions.
@@ -34,6 +36,10 @@ pub enum Mode {
     Batched,
     /// One transaction per message: the textbook inbox, kept as the baseline.
     PerMessage,
+    /// No database at all: consume, batch and store offsets. Measures the broker and client
+    /// ceiling; applies nothing.
+    #[value(hide = true)]
+    ConsumeOnly,
 }
 
 /// What one transaction did.
@@ -51,6 +57,8 @@ pub struct TxOutcome {
     pub invalid: u64,
     /// Dead-letter rows written (fewer than rejected + invalid on redelivery).
     pub dead_letters_written: u64,
+    /// Time in each step.
+    pub timings: StageTimings,
 }
 
 const INSERT_IDS: &str = "\
@@ -122,19 +130,25 @@ pub async fn apply_batch<H: Handler>(
     let mut unique: Vec<&Message<H::Payload>> = batch.messages.iter().collect();
     dedup_in_batch(&mut unique, |m| m.id);
 
+    let mut timings = StageTimings::default();
     let tx = client.transaction().await?;
+    let mut clock = Instant::now();
     let new_ids = insert_ids(&tx, topic, partition, &unique).await?;
+    timings.dedup = lap(&mut clock);
     let fresh: Vec<Message<H::Payload>> = unique
         .into_iter()
         .filter(|m| new_ids.contains(&m.id))
         .cloned()
         .collect();
     let rejections = handler.handle(&tx, &fresh).await?;
+    timings.handler = lap(&mut clock);
 
     let mut letters = batch.dead_letters.clone();
     letters.extend(rejections.iter().filter_map(|r| rejected_letter(&fresh, r)));
     let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
+    timings.dead_letters = lap(&mut clock);
     tx.commit().await?;
+    timings.commit = lap(&mut clock);
 
     Ok(TxOutcome {
         received,
@@ -143,7 +157,15 @@ pub async fn apply_batch<H: Handler>(
         rejected: rejections.len() as u64,
         invalid: batch.dead_letters.len() as u64,
         dead_letters_written: written,
+        timings,
     })
+}
+
+fn lap(clock: &mut Instant) -> Duration {
+    let now = Instant::now();
+    let d = now - *clock;
+    *clock = now;
+    d
 }
 
 /// The per-message inbox transaction: `record` holds exactly one decoded record.
@@ -155,6 +177,7 @@ pub async fn apply_one<H: Handler>(
     record: &Decoded<H::Payload>,
 ) -> Result<TxOutcome, InboxError> {
     let tx = client.transaction().await?;
+    let mut clock = Instant::now();
     let mut outcome = TxOutcome {
         received: 1,
         invalid: record.dead_letters.len() as u64,
@@ -167,6 +190,7 @@ pub async fn apply_one<H: Handler>(
         let row = tx
             .query_opt(&stmt, &[&message.id, &topic, &partition, &offset])
             .await?;
+        outcome.timings.dedup = lap(&mut clock);
         if row.is_some() {
             outcome.new = 1;
             if let Some(rejection) = handler.handle_one(&tx, message).await? {
@@ -176,9 +200,12 @@ pub async fn apply_one<H: Handler>(
         } else {
             outcome.duplicates = 1;
         }
+        outcome.timings.handler = lap(&mut clock);
     }
     outcome.dead_letters_written = dead_letter::insert(&tx, topic, partition, &letters).await?;
+    outcome.timings.dead_letters = lap(&mut clock);
     tx.commit().await?;
+    outcome.timings.commit = lap(&mut clock);
     Ok(outcome)
 }
 

@@ -31,6 +31,7 @@ pub mod handler;
 pub mod inbox;
 pub mod ledger;
 pub mod message;
+pub mod metrics;
 pub mod offsets;
 pub mod processor;
 pub mod produce;

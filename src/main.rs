@@ -66,16 +66,66 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     let (records, expected) = batch_inbox::generate::generate(args.generator.settings());
     let producer = batch_inbox::produce::producer(brokers, &args.kafka.properties)?;
     let started = std::time::Instant::now();
-    let sent = batch_inbox::produce::send_all(&producer, &args.kafka.topic, records).await?;
+    let mut progress = Progress::new(records.len() as u64);
+    let sent =
+        batch_inbox::produce::send_paced(&producer, &args.kafka.topic, records, args.rate, |n| {
+            progress.update(n)
+        })
+        .await?;
+    progress.finish();
+    let secs = started.elapsed().as_secs_f64();
     println!(
-        "produced {sent} records in {:.1}s",
-        started.elapsed().as_secs_f64()
+        "produced {sent} records in {secs:.1}s ({:.0}/s)",
+        sent as f64 / secs
     );
     if let Some(path) = args.expect {
         std::fs::write(&path, serde_json::to_vec_pretty(&expected)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// A progress bar on a terminal; a plain line at every quarter otherwise.
+enum Progress {
+    Bar(indicatif::ProgressBar),
+    Lines { total: u64, next: u64 },
+}
+
+impl Progress {
+    fn new(total: u64) -> Self {
+        use std::io::IsTerminal;
+        if std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {per_sec} eta {eta}")
+                    .expect("static template is valid"),
+            );
+            Progress::Bar(bar)
+        } else {
+            Progress::Lines {
+                total,
+                next: total / 4,
+            }
+        }
+    }
+
+    fn update(&mut self, delivered: u64) {
+        match self {
+            Progress::Bar(bar) => bar.set_position(delivered),
+            Progress::Lines { total, next } => {
+                if delivered >= *next && *next < *total {
+                    eprintln!("delivered {delivered} of {total}");
+                    *next += (*total / 4).max(1);
+                }
+            }
+        }
+    }
+
+    fn finish(self) {
+        if let Progress::Bar(bar) = self {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 async fn demo(args: DemoArgs) -> anyhow::Result<()> {

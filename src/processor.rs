@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::{
-    queue_input, GroupMember, KafkaConsumer, KafkaSettings, Spawner, WorkerHandle,
+    queue_input, GroupContext, GroupMember, KafkaConsumer, KafkaSettings, Spawner, WorkerHandle,
 };
 use crate::error::RunError;
 use crate::handler::Handler;
@@ -29,6 +29,8 @@ pub struct ProcessorConfig {
     pub id_header: String,
     /// Return once every assigned partition is at its end and committed.
     pub exit_on_eof: bool,
+    /// Return once this many records are committed (for fixed-rate measurements).
+    pub exit_after_records: Option<u64>,
     /// How long a revoke waits for a partition's in-flight batch.
     pub revoke_timeout: Duration,
 }
@@ -47,9 +49,13 @@ pub async fn run<H: Handler>(
     let member = GroupMember::new(&config.kafka, config.revoke_timeout, |consumer| {
         spawner(consumer, inbox, config.worker, stats.clone(), fail_tx)
     })?;
-    let result = member
-        .poll_until(shutdown, &mut fail_rx, config.exit_on_eof)
-        .await;
+    let (exit_on_eof, limit) = (config.exit_on_eof, config.exit_after_records);
+    let counted = stats.clone();
+    let finished = move |group: &GroupContext| {
+        let records = counted.records.load(std::sync::atomic::Ordering::Relaxed);
+        (exit_on_eof && group.all_at_eof()) || limit.is_some_and(|n| records >= n)
+    };
+    let result = member.poll_until(shutdown, &mut fail_rx, finished).await;
     member.shutdown().await;
     result.map(|()| stats)
 }

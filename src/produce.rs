@@ -57,28 +57,76 @@ pub async fn send_all(
     topic: &str,
     records: impl IntoIterator<Item = Record>,
 ) -> Result<u64, KafkaError> {
+    send_paced(producer, topic, records, None, |_| {}).await
+}
+
+/// Sends every record, at `rate` records per second when given, and reports progress (records
+/// delivered so far) to `progress`. Each record's timestamp is its intended send time: at a fixed
+/// rate, `start + i / rate`, even when the producer falls behind.
+pub async fn send_paced(
+    producer: &FutureProducer,
+    topic: &str,
+    records: impl IntoIterator<Item = Record>,
+    rate: Option<f64>,
+    mut progress: impl FnMut(u64),
+) -> Result<u64, KafkaError> {
     let mut pending = FuturesUnordered::new();
     let mut delivered = 0u64;
-    for r in records {
+    let start = tokio::time::Instant::now();
+    let start_ms = now_ms();
+    for (i, r) in records.into_iter().enumerate() {
+        let intended_ms = match rate.filter(|r| *r > 0.0) {
+            Some(rate) => {
+                let offset = Duration::from_secs_f64(i as f64 / rate);
+                let due = start + offset;
+                if due > tokio::time::Instant::now() + Duration::from_millis(1) {
+                    // Deliveries keep completing while waiting.
+                    while tokio::time::Instant::now() < due {
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(due) => {}
+                            Some(result) = pending.next(), if !pending.is_empty() => {
+                                result?;
+                                delivered += 1;
+                            }
+                        }
+                    }
+                }
+                start_ms + offset.as_millis() as i64
+            }
+            None => now_ms(),
+        };
         if pending.len() >= IN_FLIGHT {
             if let Some(result) = pending.next().await {
                 result?;
                 delivered += 1;
             }
         }
-        pending.push(send(producer, topic, r));
+        pending.push(send(producer, topic, r, intended_ms));
+        if i % 1024 == 0 {
+            progress(delivered);
+        }
     }
     while let Some(result) = pending.next().await {
         result?;
         delivered += 1;
+        if delivered % 1024 == 0 {
+            progress(delivered);
+        }
     }
     producer.flush(Timeout::After(Duration::from_secs(30)))?;
+    progress(delivered);
     Ok(delivered)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 type Delivery = Result<(), KafkaError>;
 
-async fn send(producer: &FutureProducer, topic: &str, r: Record) -> Delivery {
+async fn send(producer: &FutureProducer, topic: &str, r: Record, timestamp_ms: i64) -> Delivery {
     let headers = match &r.id {
         Some(id) => OwnedHeaders::new().insert(Header {
             key: "id",
@@ -86,13 +134,10 @@ async fn send(producer: &FutureProducer, topic: &str, r: Record) -> Delivery {
         }),
         None => OwnedHeaders::new(),
     };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
     let mut record = FutureRecord::to(topic)
         .key(r.key.as_bytes())
         .headers(headers)
-        .timestamp(now_ms);
+        .timestamp(timestamp_ms);
     if let Some(v) = &r.value {
         record = record.payload(v.as_slice());
     }

@@ -23,10 +23,12 @@ pub struct Stats {
     pub transactions: AtomicU64,
     /// Attempts that failed and were retried.
     pub retries: AtomicU64,
+    /// Latency and batch-size measurements.
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// A copy of [`Stats`] at one instant.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StatsSnapshot {
     /// Records in committed transactions.
     pub records: u64,

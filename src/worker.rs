@@ -17,11 +17,12 @@ use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::batcher::{Batcher, BatcherSettings};
+use crate::batcher::{Batch, Batcher, BatcherSettings};
 use crate::error::{InboxError, RunError};
 use crate::handler::Handler;
 use crate::inbox::{Inbox, Mode, TxOutcome};
 use crate::message::RawMessage;
+use crate::metrics::BatchSample;
 use crate::offsets::OffsetTracker;
 use crate::stats::Stats;
 
@@ -185,14 +186,19 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
     /// because the worker is stopping while the database fails.
     async fn commit(
         &mut self,
-        batch: Vec<RawMessage>,
+        batch: Batch<RawMessage>,
         stop: &CancellationToken,
         stopping: bool,
     ) -> Result<bool, RunError> {
+        let closed = Instant::now();
+        let opened = batch.opened.into_std();
+        let closed_std = closed.into_std();
         match self.settings.mode {
             Mode::Batched => {
-                let last = batch.last().map(|m| m.offset);
-                let decoded = self.inbox.decode(batch);
+                let last = batch.items.last().map(|m| m.offset);
+                let timestamps: Vec<Option<i64>> =
+                    batch.items.iter().map(|m| m.timestamp_ms).collect();
+                let decoded = self.inbox.decode(batch.items);
                 let (topic, partition) = (self.topic.clone(), self.partition);
                 let first = first_offset(&decoded);
                 let inbox = &self.inbox;
@@ -204,11 +210,22 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 let Some(outcome) = outcome else {
                     return Ok(false);
                 };
-                self.committed(&outcome, last);
+                self.committed(&outcome, last, opened, closed_std, &timestamps);
+            }
+            Mode::ConsumeOnly => {
+                let last = batch.items.last().map(|m| m.offset);
+                let timestamps: Vec<Option<i64>> =
+                    batch.items.iter().map(|m| m.timestamp_ms).collect();
+                let outcome = TxOutcome {
+                    received: batch.items.len() as u64,
+                    ..TxOutcome::default()
+                };
+                self.committed(&outcome, last, opened, closed_std, &timestamps);
             }
             Mode::PerMessage => {
-                for raw in batch {
+                for raw in batch.items {
                     let offset = raw.offset;
+                    let timestamps = [raw.timestamp_ms];
                     let decoded = self.inbox.decode(vec![raw]);
                     let (topic, partition) = (self.topic.clone(), self.partition);
                     let inbox = &self.inbox;
@@ -220,7 +237,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                     let Some(outcome) = outcome else {
                         return Ok(false);
                     };
-                    self.committed(&outcome, Some(offset));
+                    self.committed(&outcome, Some(offset), opened, closed_std, &timestamps);
                 }
             }
         }
@@ -273,16 +290,32 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         }
     }
 
-    fn committed(&mut self, outcome: &TxOutcome, last_offset: Option<i64>) {
+    fn committed(
+        &mut self,
+        outcome: &TxOutcome,
+        last_offset: Option<i64>,
+        opened: std::time::Instant,
+        closed: std::time::Instant,
+        timestamps_ms: &[Option<i64>],
+    ) {
+        let committed_at = std::time::SystemTime::now();
         self.stats.record(outcome);
-        let Some(next) = last_offset.and_then(|o| self.tracker.committed_through(o)) else {
-            return;
-        };
-        if let Err(e) = self.sink.store(&self.topic, self.partition, next) {
-            // The partition was revoked meanwhile: its new owner replays from the last commit
-            // and the inbox skips what this batch applied.
-            tracing::warn!(topic = %self.topic, partition = self.partition, next, "offset not stored: {e}");
+        let store_started = std::time::Instant::now();
+        if let Some(next) = last_offset.and_then(|o| self.tracker.committed_through(o)) {
+            if let Err(e) = self.sink.store(&self.topic, self.partition, next) {
+                // The partition was revoked meanwhile: its new owner replays from the last
+                // commit and the inbox skips what this batch applied.
+                tracing::warn!(topic = %self.topic, partition = self.partition, next, "offset not stored: {e}");
+            }
         }
+        let sample = BatchSample {
+            opened,
+            closed,
+            timings: outcome.timings,
+            offset_store: store_started.elapsed(),
+            timestamps_ms,
+        };
+        self.stats.metrics.record_batch(&sample, committed_at);
     }
 }
 

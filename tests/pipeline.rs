@@ -129,6 +129,7 @@ async fn both_modes_leave_identical_state() {
         debit_ratio: 0.5,
         id_version: 4,
         seed: 42,
+        ..GeneratorSettings::default()
     };
     let (records, expected) = generate(input);
     let kafka = Kafka::new("modes", 3);

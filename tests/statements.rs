@@ -22,6 +22,7 @@ fn batch(first_offset: i64, n: usize, seed: u64) -> Vec<RawMessage> {
         debit_ratio: 0.6,
         id_version: 7,
         seed,
+        ..GeneratorSettings::default()
     };
     Generator::new(settings)
         .enumerate()

@@ -151,6 +151,7 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
         },
         id_header: "id".to_owned(),
         exit_on_eof: true,
+        exit_after_records: None,
         revoke_timeout: Duration::from_secs(30),
     }
 }

@@ -1,0 +1,275 @@
+//! Measurements of a run: end-to-end latency, per-stage latency, batch sizes, throughput window,
+//! peak memory. Recorded once per committed transaction, reported as [`RunReport`].
+//!
+//! End-to-end latency is measured from a record's Kafka timestamp (its intended send time, set by
+//! the producer) to the COMMIT of its transaction, so a slow consumer cannot hide its queueing
+//! delay (no coordinated omission).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::stats::StatsSnapshot;
+
+/// Time spent in each step of one transaction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageTimings {
+    /// The inbox insert (dedup statement).
+    pub dedup: Duration,
+    /// The handler.
+    pub handler: Duration,
+    /// The dead-letter insert.
+    pub dead_letters: Duration,
+    /// The COMMIT.
+    pub commit: Duration,
+}
+
+impl std::ops::AddAssign for StageTimings {
+    fn add_assign(&mut self, o: Self) {
+        self.dedup += o.dedup;
+        self.handler += o.handler;
+        self.dead_letters += o.dead_letters;
+        self.commit += o.commit;
+    }
+}
+
+/// Stage names, in pipeline order.
+pub const STAGES: [&str; 6] = [
+    "batch_wait",
+    "dedup",
+    "handler",
+    "dead_letters",
+    "commit",
+    "offset_store",
+];
+
+fn histogram() -> Histogram<u64> {
+    // Microseconds, up to one hour, three significant digits.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static histogram bounds are valid")
+}
+
+/// Accumulated measurements, shared by a processor's workers.
+#[derive(Debug)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    e2e_us: Histogram<u64>,
+    stages_us: Vec<Histogram<u64>>,
+    batch_sizes: Histogram<u64>,
+    first_record: Option<Instant>,
+    last_commit: Option<Instant>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                e2e_us: histogram(),
+                stages_us: STAGES.iter().map(|_| histogram()).collect(),
+                batch_sizes: histogram(),
+                first_record: None,
+                last_commit: None,
+            }),
+        }
+    }
+}
+
+/// What one committed batch contributes.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSample<'a> {
+    /// When the batch's first record arrived.
+    pub opened: Instant,
+    /// When the batch was closed and handed to the inbox.
+    pub closed: Instant,
+    /// Time in each step of its transaction(s).
+    pub timings: StageTimings,
+    /// Time to store its offsets.
+    pub offset_store: Duration,
+    /// Kafka timestamps (ms since the epoch) of its records.
+    pub timestamps_ms: &'a [Option<i64>],
+}
+
+impl Metrics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a committed batch; `committed_at` is the wall-clock time of its COMMIT.
+    pub fn record_batch(&self, sample: &BatchSample<'_>, committed_at: SystemTime) {
+        let now_us = committed_at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        let mut m = self.lock();
+        m.first_record = Some(
+            m.first_record
+                .map_or(sample.opened, |f| f.min(sample.opened)),
+        );
+        m.last_commit = Some(Instant::now());
+        for ts in sample.timestamps_ms.iter().flatten() {
+            let us = (now_us - ts * 1000).max(1) as u64;
+            m.e2e_us.saturating_record(us);
+        }
+        let t = sample.timings;
+        let wait = sample.closed.saturating_duration_since(sample.opened);
+        for (i, d) in [
+            wait,
+            t.dedup,
+            t.handler,
+            t.dead_letters,
+            t.commit,
+            sample.offset_store,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            m.stages_us[i].saturating_record(d.as_micros().max(1) as u64);
+        }
+        m.batch_sizes
+            .saturating_record(sample.timestamps_ms.len().max(1) as u64);
+    }
+
+    /// The throughput window: first record received to last commit.
+    pub fn window(&self) -> Option<Duration> {
+        let m = self.lock();
+        Some(m.last_commit?.saturating_duration_since(m.first_record?))
+    }
+
+    /// Summarizes everything recorded.
+    pub fn report(&self, label: &str, stats: StatsSnapshot) -> RunReport {
+        let window = self.window().unwrap_or_default();
+        let m = self.lock();
+        let secs = window.as_secs_f64();
+        RunReport {
+            label: label.to_owned(),
+            stats,
+            window_s: secs,
+            msgs_per_sec: if secs > 0.0 {
+                stats.records as f64 / secs
+            } else {
+                0.0
+            },
+            e2e_latency_ms: Percentiles::of(&m.e2e_us, 1e-3),
+            stages_ms: STAGES
+                .iter()
+                .zip(&m.stages_us)
+                .map(|(name, h)| ((*name).to_owned(), Percentiles::of(h, 1e-3)))
+                .collect(),
+            batch_size: Percentiles::of(&m.batch_sizes, 1.0),
+            peak_rss_mb: peak_rss_mb(),
+        }
+    }
+}
+
+/// Percentiles of a histogram, scaled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Samples.
+    pub count: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Percentiles {
+    fn of(h: &Histogram<u64>, scale: f64) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        let q = |x: f64| h.value_at_quantile(x) as f64 * scale;
+        Self {
+            count: h.len(),
+            mean: h.mean() * scale,
+            p50: q(0.5),
+            p90: q(0.9),
+            p99: q(0.99),
+            p999: q(0.999),
+            max: h.max() as f64 * scale,
+        }
+    }
+}
+
+/// What a run measured: written by `run --report`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunReport {
+    /// Name of the configuration.
+    pub label: String,
+    /// Counters.
+    pub stats: StatsSnapshot,
+    /// Seconds from the first record received to the last commit.
+    pub window_s: f64,
+    /// Records per second over that window.
+    pub msgs_per_sec: f64,
+    /// Kafka timestamp → COMMIT, per record.
+    pub e2e_latency_ms: Percentiles,
+    /// Per-stage latency, per transaction.
+    pub stages_ms: BTreeMap<String, Percentiles>,
+    /// Records per batch.
+    pub batch_size: Percentiles,
+    /// Peak resident memory of the process.
+    pub peak_rss_mb: f64,
+}
+
+/// Peak resident set size of this process (VmHWM), in MiB; 0 where /proc is unavailable.
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_is_measured_from_the_kafka_timestamp_to_the_commit() {
+        let m = Metrics::default();
+        let commit = UNIX_EPOCH + Duration::from_millis(10_000);
+        let opened = Instant::now();
+        m.record_batch(
+            &BatchSample {
+                opened,
+                closed: opened + Duration::from_millis(5),
+                timings: StageTimings {
+                    commit: Duration::from_millis(2),
+                    ..StageTimings::default()
+                },
+                offset_store: Duration::from_micros(10),
+                timestamps_ms: &[Some(9_900), Some(9_000), None],
+            },
+            commit,
+        );
+        let r = m.report("t", StatsSnapshot::default());
+        assert_eq!(r.e2e_latency_ms.count, 2);
+        assert!(
+            (r.e2e_latency_ms.p50 - 100.0).abs() < 0.5,
+            "{:?}",
+            r.e2e_latency_ms
+        );
+        assert!((r.e2e_latency_ms.max - 1000.0).abs() < 1.0);
+        assert!((r.stages_ms["batch_wait"].p50 - 5.0).abs() < 0.1);
+        assert!((r.stages_ms["commit"].p50 - 2.0).abs() < 0.1);
+        assert_eq!(r.batch_size.max, 3.0);
+        assert!(r.peak_rss_mb > 0.0);
+    }
+}
