@@ -35,6 +35,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "balances",
         sql: include_str!("../migrations/0002_balances.sql"),
     },
+    Migration {
+        version: 3,
+        name: "balances_fillfactor",
+        sql: include_str!("../migrations/0003_balances_fillfactor.sql"),
+    },
 ];
 
 /// Arbitrary constant identifying the migration lock among advisory locks.
