@@ -61,6 +61,12 @@ impl KafkaSettings {
             .set("auto.commit.interval.ms", "1000")
             .set("auto.offset.reset", "earliest")
             .set("partition.assignment.strategy", "cooperative-sticky")
+            // Bound the prefetch queue (librdkafka keeps up to 100,000 records per partition by
+            // default): backpressure instead of memory growth on a large backlog.
+            .set("queued.min.messages", "10000")
+            .set("queued.max.messages.kbytes", "8192")
+            .set("fetch.max.bytes", "8388608")
+            .set("max.partition.fetch.bytes", "524288")
             .set(
                 "enable.partition.eof",
                 if self.partition_eof { "true" } else { "false" },
