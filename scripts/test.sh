@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ensure_postgres
 ensure_tansu
-cargo test --all-targets "$@"
+cargo test "$@"

@@ -37,6 +37,35 @@ pub enum Command {
     Demo(DemoArgs),
     /// Compare the database with the expected outcome written by `produce --expect`.
     Verify(VerifyArgs),
+    /// Write `summary.md` and SVG plots from a load test's run reports.
+    Summary(SummaryArgs),
+    /// The database ceiling: binary COPY of an inbox's ids into an empty inbox-shaped table.
+    CopyCeiling(CopyCeilingArgs),
+}
+
+/// `summary` flags.
+#[derive(Debug, Clone, Args)]
+pub struct SummaryArgs {
+    /// Directory with `machine.json` and `runs/*.json`.
+    #[arg(long)]
+    pub input: std::path::PathBuf,
+    /// Directory to write `summary.md`, `throughput.svg` and `latency.svg` to.
+    #[arg(long)]
+    pub output: std::path::PathBuf,
+}
+
+/// `copy-ceiling` flags.
+#[derive(Debug, Clone, Args)]
+pub struct CopyCeilingArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub db: DbArgs,
+    /// Parallel COPY streams (one per partition of the source inbox, like the processor).
+    #[arg(long, default_value_t = 8)]
+    pub streams: usize,
+    /// Write the measurement as a run report (JSON) to this file.
+    #[arg(long)]
+    pub report: Option<std::path::PathBuf>,
 }
 
 /// `verify` flags.
@@ -126,6 +155,13 @@ pub struct RunArgs {
     /// Name of this run in the report.
     #[arg(long, default_value = "run")]
     pub label: String,
+    /// Producer rate of the input, recorded in the report (fixed-rate latency runs).
+    #[arg(long, value_name = "RATE")]
+    pub input_rate: Option<f64>,
+    /// After the run, compare the database with this expected outcome (from `produce
+    /// --expect`); exit 1 when they differ.
+    #[arg(long, value_name = "FILE")]
+    pub expect: Option<std::path::PathBuf>,
 }
 
 /// Input shape of `produce` and `demo`.

@@ -30,12 +30,14 @@ pub mod generate;
 pub mod handler;
 pub mod inbox;
 pub mod ledger;
+pub mod measure;
 pub mod message;
 pub mod metrics;
 pub mod offsets;
 pub mod processor;
 pub mod produce;
 pub mod stats;
+pub mod summary;
 pub mod verify;
 pub mod worker;
 

@@ -3,9 +3,15 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use batch_inbox::config::{Cli, Command, DemoArgs, ProduceArgs, RunArgs, VerifyArgs};
+use batch_inbox::config::{
+    Cli, Command, CopyCeilingArgs, DemoArgs, ProduceArgs, RunArgs, VerifyArgs,
+};
+use batch_inbox::generate::Expected;
+use batch_inbox::measure;
+use batch_inbox::metrics::{RunReport, RunSettings};
 use batch_inbox::{db, ledger::Ledger};
 use clap::Parser;
+use clap::ValueEnum;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -26,6 +32,10 @@ async fn main() -> std::process::ExitCode {
         Command::Produce(args) => produce(args).await,
         Command::Demo(args) => demo(args).await,
         Command::Verify(args) => verify(args).await,
+        Command::Summary(args) => batch_inbox::summary::write(&args.input, &args.output)
+            .map(|files| files.iter().for_each(|f| println!("wrote {}", f.display())))
+            .map_err(Into::into),
+        Command::CopyCeiling(args) => copy_ceiling(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -46,16 +56,70 @@ async fn migrate(url: &str) -> anyhow::Result<()> {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let pool = db::connect(&args.db.database_url, args.pipeline.pool_size.get()).await?;
     db::check_schema(&pool).await?;
+    let statements_before = match args.report {
+        Some(_) => measure::statement_count(&pool).await,
+        None => None,
+    };
     let started = std::time::Instant::now();
-    let stats =
-        batch_inbox::run(args.processor(), pool, Arc::new(Ledger), shutdown_signal()).await?;
+    let stats = batch_inbox::run(
+        args.processor(),
+        pool.clone(),
+        Arc::new(Ledger),
+        shutdown_signal(),
+    )
+    .await?;
     let s = stats.snapshot();
     let secs = started.elapsed().as_secs_f64();
     println!(
         "records {} new {} duplicates {} dead-lettered {} (invalid {}, rejected {}) transactions {} retries {} in {secs:.1}s",
         s.records, s.new, s.duplicates, s.invalid + s.rejected, s.invalid, s.rejected, s.transactions, s.retries
     );
-    Ok(())
+    let mut report = stats.metrics.report(&args.label, s);
+    if let (Some(before), Some(after)) = (statements_before, measure::statement_count(&pool).await)
+    {
+        report.statements_per_msg = Some((after - before) as f64 / s.records.max(1) as f64);
+    }
+    let p = &args.pipeline;
+    report.settings = RunSettings {
+        mode: p
+            .mode
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned()),
+        batch_size: p.batch_size.get() as u64,
+        linger_ms: p.batch_linger_ms,
+        pool_size: p.pool_size.get() as u64,
+        rate: args.input_rate,
+    };
+    let mut failure = None;
+    // Read only now: a fixed-rate run's producer writes the file while this processor runs.
+    if let Some(path) = &args.expect {
+        let diffs = verify_against(&pool, &read_expected(path)?).await?;
+        report.verified = Some(diffs.is_empty());
+        if !diffs.is_empty() {
+            failure = Some(diffs.join("; "));
+        }
+    }
+    if let Some(path) = &args.report {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    match failure {
+        None => Ok(()),
+        Some(diffs) => anyhow::bail!("database differs from the expected outcome: {diffs}"),
+    }
+}
+
+fn read_expected(path: &std::path::Path) -> anyhow::Result<Expected> {
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+async fn verify_against(
+    pool: &deadpool_postgres::Pool,
+    expected: &Expected,
+) -> anyhow::Result<Vec<String>> {
+    let observed = batch_inbox::verify::observe(&**pool.get().await?).await?;
+    Ok(batch_inbox::verify::differences(&observed, expected))
 }
 
 async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
@@ -179,25 +243,50 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
 }
 
 async fn verify(args: VerifyArgs) -> anyhow::Result<()> {
-    let text = std::fs::read(&args.expect)
-        .with_context(|| format!("reading {}", args.expect.display()))?;
-    let expected: batch_inbox::generate::Expected =
-        serde_json::from_slice(&text).context("parsing the expected outcome")?;
+    let expected = read_expected(&args.expect)?;
     let pool = db::connect(&args.db.database_url, 1).await?;
-    let observed = batch_inbox::verify::observe(&**pool.get().await?).await?;
-    let diffs = batch_inbox::verify::differences(&observed, &expected);
-    if diffs.is_empty() {
-        println!(
-            "PASS: {} inbox ids, {} dead letters, {} balances summing to {}",
-            observed.inbox,
-            observed.dead_letters.values().sum::<u64>(),
-            observed.balances.len(),
-            observed.balances.values().sum::<i64>()
-        );
-        Ok(())
-    } else {
-        anyhow::bail!("FAIL: {}", diffs.join("; "))
+    let diffs = verify_against(&pool, &expected).await?;
+    if !diffs.is_empty() {
+        anyhow::bail!("FAIL: {}", diffs.join("; "));
     }
+    println!(
+        "PASS: {} inbox ids, {} dead letters, {} balances summing to {}",
+        expected.new,
+        expected.dead_letters.values().sum::<u64>(),
+        expected.balances.len(),
+        expected.total()
+    );
+    Ok(())
+}
+
+async fn copy_ceiling(args: CopyCeilingArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, args.streams.max(1)).await?;
+    let (rows, secs) = measure::copy_ceiling(&pool, args.streams).await?;
+    let rate = rows as f64 / secs.max(1e-9);
+    println!(
+        "COPY {rows} ids in {secs:.2}s ({rate:.0}/s) over {} streams",
+        args.streams
+    );
+    if let Some(path) = &args.report {
+        let report = RunReport {
+            label: "copy-ceiling".to_owned(),
+            settings: RunSettings {
+                mode: "copy".to_owned(),
+                pool_size: args.streams as u64,
+                ..RunSettings::default()
+            },
+            window_s: secs,
+            msgs_per_sec: rate,
+            stats: batch_inbox::stats::StatsSnapshot {
+                records: rows,
+                ..Default::default()
+            },
+            ..RunReport::default()
+        };
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 async fn shutdown_signal() {

@@ -147,6 +147,9 @@ impl Metrics {
         let secs = window.as_secs_f64();
         RunReport {
             label: label.to_owned(),
+            settings: RunSettings::default(),
+            verified: None,
+            statements_per_msg: None,
             stats,
             window_s: secs,
             msgs_per_sec: if secs > 0.0 {
@@ -203,11 +206,36 @@ impl Percentiles {
     }
 }
 
+/// The settings a run was made with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunSettings {
+    /// `batched`, `per-message`, `consume-only`, or `copy` (the COPY ceiling).
+    pub mode: String,
+    /// Most records per batch.
+    pub batch_size: u64,
+    /// Batch linger in milliseconds.
+    pub linger_ms: u64,
+    /// Database connections.
+    pub pool_size: u64,
+    /// Producer rate for fixed-rate runs; `None` for a backlog drain.
+    pub rate: Option<f64>,
+}
+
 /// What a run measured: written by `run --report`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunReport {
     /// Name of the configuration.
     pub label: String,
+    /// Its settings.
+    #[serde(default)]
+    pub settings: RunSettings,
+    /// Whether the database matched the generator's model afterwards (`None`: not checked).
+    #[serde(default)]
+    pub verified: Option<bool>,
+    /// Statements executed per record, from pg_stat_statements (`None`: not available). Each
+    /// statement is one round trip.
+    #[serde(default)]
+    pub statements_per_msg: Option<f64>,
     /// Counters.
     pub stats: StatsSnapshot,
     /// Seconds from the first record received to the last commit.

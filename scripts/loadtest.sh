@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Load test: batched vs per-message on the same input, in the same run, against a real broker.
+#
+#   scripts/loadtest.sh           full run (1,000,000 messages), results in results/
+#   scripts/loadtest.sh --quick   smoke run (small input, < 3 minutes), results in target/loadtest-quick/
+#
+# Steps: build release; ensure PostgreSQL (with pg_stat_statements, to count statements); start
+# tansu (or use $KAFKA_BROKERS); produce ONE input set with duplicates, bad input and overdrafts;
+# then, each on a fresh database and consumer group, drain it with: the per-message baseline, the
+# batched mode over a batch-size sweep, and a consume-only drain (broker/client ceiling); copy the
+# same ids with binary COPY (database ceiling); run fixed-rate latency runs at half the best
+# batched throughput. Every processor run is verified against the generator's model: a run that
+# is fast and wrong fails the script. Finally writes summary.md and SVG plots.
+#
+# Overridable: MESSAGES, ACCOUNTS, PARTITIONS, DUPLICATE_RATIO, BAD_RATIO, DEBIT_RATIO, ID_VERSION,
+# BATCH_SIZES, LATENCY_BATCH_SIZES, LATENCY_SECONDS, LINGER_MS, POOL_SIZE, KAFKA_BROKERS, OUT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+if [ "$quick" = 1 ]; then
+  MESSAGES=${MESSAGES:-40000}; ACCOUNTS=${ACCOUNTS:-5000}
+  BATCH_SIZES=${BATCH_SIZES:-"1 100 1000"}; LATENCY_BATCH_SIZES=${LATENCY_BATCH_SIZES:-"1000"}
+  LATENCY_SECONDS=${LATENCY_SECONDS:-10}; OUT=${OUT:-target/loadtest-quick}
+else
+  MESSAGES=${MESSAGES:-1000000}; ACCOUNTS=${ACCOUNTS:-100000}
+  BATCH_SIZES=${BATCH_SIZES:-"1 10 100 500 1000 5000"}; LATENCY_BATCH_SIZES=${LATENCY_BATCH_SIZES:-"100 500 1000"}
+  LATENCY_SECONDS=${LATENCY_SECONDS:-30}; OUT=${OUT:-results}
+fi
+PARTITIONS=${PARTITIONS:-8}; DUPLICATE_RATIO=${DUPLICATE_RATIO:-0.1}; BAD_RATIO=${BAD_RATIO:-0.01}
+DEBIT_RATIO=${DEBIT_RATIO:-0.3}; ID_VERSION=${ID_VERSION:-7}; LINGER_MS=${LINGER_MS:-20}
+POOL_SIZE=${POOL_SIZE:-$PARTITIONS}
+
+bin=./target/release/batch-inbox
+work=$(mktemp -d)
+runs="$OUT/loadtest/runs"
+mkdir -p "$runs"
+rm -f "$runs"/*.json
+stamp=$(date +%s)
+broker_pid=""
+cleanup() {
+  [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+log() { echo "[loadtest $(date +%T)] $*" >&2; }
+
+enable_pg_stat_statements() {
+  local libs
+  libs=$(psql -Atq -h 127.0.0.1 -U postgres -c "SHOW shared_preload_libraries")
+  if [[ "$libs" != *pg_stat_statements* ]]; then
+    log "enabling pg_stat_statements (restarts PostgreSQL once)"
+    psql -q -h 127.0.0.1 -U postgres -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main restart
+    ensure_postgres
+  fi
+}
+
+start_broker() {
+  if [ -n "${KAFKA_BROKERS:-}" ]; then
+    log "using broker $KAFKA_BROKERS"
+    return
+  fi
+  ensure_tansu
+  local port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$HOME/.cargo/bin/tansu" broker --listener-url "tcp://127.0.0.1:$port" \
+    --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine memory://tansu/ \
+    >"$work/tansu.log" 2>&1 &
+  broker_pid=$!
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
+  export KAFKA_BROKERS="127.0.0.1:$port"
+  log "tansu broker on $KAFKA_BROKERS"
+}
+
+db_url() { echo "postgres://postgres@127.0.0.1:5432/$1"; }
+
+# run_drain LABEL TOPIC [run flags...]: fresh database and group, drain, verify, report.
+run_drain() {
+  local label=$1 topic=$2; shift 2
+  local db="bi_lt_${label//-/_}"
+  fresh_database "$db"
+  DATABASE_URL=$(db_url "$db") $bin migrate >/dev/null
+  log "run $label"
+  DATABASE_URL=$(db_url "$db") RUST_LOG=warn $bin run --topic "$topic" --group "$label-$stamp" \
+    --exit-on-eof --label "$label" --report "$runs/$label.json" --pool-size "$POOL_SIZE" \
+    --batch-linger-ms "$LINGER_MS" "$@" | tee -a "$work/runs.log"
+}
+
+machine_json() {
+  python3 - "$OUT/loadtest/machine.json" <<PY
+import json, os, subprocess, sys, platform, datetime
+def q(sql):
+    return subprocess.run(["psql","-Atq","-h","127.0.0.1","-U","postgres","-c",sql],capture_output=True,text=True).stdout.strip()
+mem = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal"))
+json.dump({
+  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+  "cores": os.cpu_count(), "memory_gib": round(mem/1048576, 1),
+  "kernel": platform.release(), "postgres_version": q("SHOW server_version"),
+  "synchronous_commit": q("SHOW synchronous_commit"), "fsync": q("SHOW fsync"),
+  "broker": "tansu 0.6.0 (memory storage)" if "${broker_pid}" else "${KAFKA_BROKERS:-}",
+  "messages": ${MESSAGES}, "accounts": ${ACCOUNTS}, "partitions": ${PARTITIONS},
+  "duplicate_ratio": ${DUPLICATE_RATIO}, "bad_ratio": ${BAD_RATIO}, "debit_ratio": ${DEBIT_RATIO},
+  "id_version": ${ID_VERSION}, "linger_ms": ${LINGER_MS}, "pool_size": ${POOL_SIZE},
+  "quick": bool(${quick}),
+}, open(sys.argv[1], "w"), indent=2)
+PY
+}
+
+best_batched_rate() {
+  python3 - "$runs" <<'PY'
+import json, glob, sys
+rates = [json.load(open(f))["msgs_per_sec"] for f in glob.glob(sys.argv[1] + "/batched-b*.json")]
+print(int(max(rates)) if rates else 1000)
+PY
+}
+
+# latency_run BATCH RATE: the processor waits on an empty topic; then input arrives at RATE/s.
+latency_run() {
+  local size=$1 rate=$2 label="latency-b$1" topic="latency-b$1-$stamp"
+  local n=$(( rate * LATENCY_SECONDS ))
+  local db="bi_lt_${label//-/_}"
+  fresh_database "$db"
+  DATABASE_URL=$(db_url "$db") $bin migrate >/dev/null
+  $bin produce --topic "$topic" --partitions "$PARTITIONS" --messages 0 >/dev/null
+  log "run $label: $n messages at $rate/s"
+  DATABASE_URL=$(db_url "$db") RUST_LOG=info $bin run --topic "$topic" --group "$label-$stamp" \
+    --exit-after-records "$n" --label "$label" --report "$runs/$label.json" --input-rate "$rate" \
+    --batch-size "$size" --batch-linger-ms "$LINGER_MS" --pool-size "$POOL_SIZE" \
+    --expect "$work/$label.expected.json" >>"$work/runs.log" 2>"$work/$label.err" &
+  local run_pid=$!
+  for _ in $(seq 1 300); do
+    [ "$(grep -c 'partition assigned' "$work/$label.err" || true)" -ge "$PARTITIONS" ] && break
+    sleep 0.1
+  done
+  $bin produce --topic "$topic" --messages "$n" --accounts "$ACCOUNTS" --rate "$rate" \
+    --duplicate-ratio "$DUPLICATE_RATIO" --bad-ratio "$BAD_RATIO" --debit-ratio "$DEBIT_RATIO" \
+    --id-version "$ID_VERSION" --seed 2 --expect "$work/$label.expected.json" >/dev/null
+  wait "$run_pid" || { cat "$work/$label.err" >&2; return 1; }
+}
+
+log "building release"
+cargo build --release --quiet
+ensure_postgres
+enable_pg_stat_statements
+start_broker
+machine_json
+
+topic="loadtest-$stamp"
+log "producing $MESSAGES messages to $topic ($PARTITIONS partitions)"
+$bin produce --topic "$topic" --partitions "$PARTITIONS" --messages "$MESSAGES" \
+  --accounts "$ACCOUNTS" --duplicate-ratio "$DUPLICATE_RATIO" --bad-ratio "$BAD_RATIO" \
+  --debit-ratio "$DEBIT_RATIO" --id-version "$ID_VERSION" --expect "$work/expected.json"
+expect="$work/expected.json"
+
+run_drain per-message "$topic" --mode per-message --expect "$expect"
+largest=0
+for size in $BATCH_SIZES; do
+  run_drain "batched-b$size" "$topic" --batch-size "$size" --expect "$expect"
+  [ "$size" -gt "$largest" ] && largest=$size
+done
+run_drain consume-only "$topic" --mode consume-only --batch-size 1000
+log "COPY ceiling with the ids of batched-b$largest"
+$bin copy-ceiling --database-url "$(db_url "bi_lt_batched_b$largest")" --streams "$PARTITIONS" \
+  --report "$runs/copy-ceiling.json"
+if [ "$quick" = 0 ]; then
+  run_drain backlog-1m "$topic" --batch-size 1000 --expect "$expect"
+fi
+
+rate=$(( $(best_batched_rate) / 2 ))
+for size in $LATENCY_BATCH_SIZES; do
+  latency_run "$size" "$rate"
+done
+
+$bin summary --input "$OUT/loadtest" --output "$OUT"
+log "done: $OUT/summary.md"
