@@ -63,7 +63,8 @@ pub struct TxOutcome {
 
 const INSERT_IDS: &str = "\
 INSERT INTO inbox (message_id, topic, partition, \"offset\")
-SELECT id, $2, $3, o FROM unnest($1::uuid[], $4::bigint[]) AS t(id, o)
+SELECT id, $2, $3, o FROM unnest($1::uuid[], $4::bigint[]) WITH ORDINALITY AS t(id, o, n)
+ORDER BY n
 ON CONFLICT (message_id) DO NOTHING
 RETURNING message_id";
 
@@ -218,8 +219,11 @@ async fn insert_ids<P>(
     if messages.is_empty() {
         return Ok(HashSet::new());
     }
-    let ids: Vec<Uuid> = messages.iter().map(|m| m.id).collect();
-    let offsets: Vec<i64> = messages.iter().map(|m| m.raw.offset).collect();
+    // Insert in id order: two transactions inserting overlapping ids then wait on each other in
+    // the same order and cannot deadlock. (Ids are unique here: in-batch copies are gone.)
+    let mut pairs: Vec<(Uuid, i64)> = messages.iter().map(|m| (m.id, m.raw.offset)).collect();
+    pairs.sort_unstable();
+    let (ids, offsets): (Vec<Uuid>, Vec<i64>) = pairs.into_iter().unzip();
     let stmt = tx.prepare_cached(INSERT_IDS).await?;
     let rows = tx
         .query(&stmt, &[&ids, &topic, &partition, &offsets])

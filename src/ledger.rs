@@ -30,7 +30,14 @@ pub struct Entry {
 
 impl Decode for Entry {
     fn decode(raw: &RawMessage) -> Result<Self, (Reason, String)> {
-        match raw.payload.as_deref() {
+        Entry::parse(raw.payload.as_deref())
+    }
+}
+
+impl Entry {
+    /// Parses a record value: the decoder's rules, shared with the generator's model.
+    pub fn parse(value: Option<&[u8]>) -> Result<Self, (Reason, String)> {
+        match value {
             None | Some(b"") => Err((Reason::EmptyPayload, "the record has no value".to_owned())),
             Some(bytes) => {
                 let expected = "expected {\"account_id\": i64, \"amount\": i64}";
