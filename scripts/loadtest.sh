@@ -13,7 +13,7 @@
 # is fast and wrong fails the script. Finally writes summary.md and SVG plots.
 #
 # Overridable: MESSAGES, ACCOUNTS, PARTITIONS, DUPLICATE_RATIO, BAD_RATIO, DEBIT_RATIO, ID_VERSION,
-# BATCH_SIZES, LATENCY_BATCH_SIZES, LATENCY_SECONDS, LINGER_MS, POOL_SIZE, KAFKA_BROKERS, OUT.
+# BATCH_SIZES, LATENCY_RUNS (batch size:percent of the best batched throughput), LATENCY_SECONDS, LINGER_MS, POOL_SIZE, KAFKA_BROKERS, OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -22,12 +22,13 @@ quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 if [ "$quick" = 1 ]; then
   MESSAGES=${MESSAGES:-40000}; ACCOUNTS=${ACCOUNTS:-5000}
-  BATCH_SIZES=${BATCH_SIZES:-"1 100 1000"}; LATENCY_BATCH_SIZES=${LATENCY_BATCH_SIZES:-"1000"}
+  BATCH_SIZES=${BATCH_SIZES:-"1 100 1000"}; LATENCY_RUNS=${LATENCY_RUNS:-"1000:50"}
   LATENCY_SECONDS=${LATENCY_SECONDS:-10}; OUT=${OUT:-target/loadtest-quick}
 else
   MESSAGES=${MESSAGES:-1000000}; ACCOUNTS=${ACCOUNTS:-100000}
-  BATCH_SIZES=${BATCH_SIZES:-"1 10 100 500 1000 5000"}; LATENCY_BATCH_SIZES=${LATENCY_BATCH_SIZES:-"100 500 1000"}
-  LATENCY_SECONDS=${LATENCY_SECONDS:-30}; OUT=${OUT:-results}
+  BATCH_SIZES=${BATCH_SIZES:-"1 10 100 500 1000 5000"}
+  LATENCY_RUNS=${LATENCY_RUNS:-"100:25 500:25 1000:25 500:50 1000:50"}
+  LATENCY_SECONDS=${LATENCY_SECONDS:-20}; OUT=${OUT:-results}
 fi
 PARTITIONS=${PARTITIONS:-8}; DUPLICATE_RATIO=${DUPLICATE_RATIO:-0.1}; BAD_RATIO=${BAD_RATIO:-0.01}
 DEBIT_RATIO=${DEBIT_RATIO:-0.3}; ID_VERSION=${ID_VERSION:-7}; LINGER_MS=${LINGER_MS:-20}
@@ -36,8 +37,9 @@ POOL_SIZE=${POOL_SIZE:-$PARTITIONS}
 bin=./target/release/batch-inbox
 work=$(mktemp -d)
 runs="$OUT/loadtest/runs"
-mkdir -p "$runs"
-rm -f "$runs"/*.json
+cpu="$OUT/loadtest/cpu"
+mkdir -p "$runs" "$cpu"
+rm -f "$runs"/*.json "$cpu"/*.json
 stamp=$(date +%s)
 broker_pid=""
 cleanup() {
@@ -81,6 +83,26 @@ start_broker() {
 
 db_url() { echo "postgres://postgres@127.0.0.1:5432/$1"; }
 
+# CPU seconds used by the whole machine, and by the broker process (0 for an external broker).
+machine_cpu() { awk '/^cpu /{print ($2+$3+$4+$7+$8+$9)/100}' /proc/stat; }
+broker_cpu() {
+  [ -n "$broker_pid" ] || { echo 0; return; }
+  awk '{sub(/.*\) /, ""); print ($12+$13)/100}' "/proc/$broker_pid/stat"
+}
+
+# cpu_mark LABEL start|stop: where the machine's CPU went during a run.
+cpu_mark() {
+  if [ "$2" = start ]; then
+    cpu_t0=$(date +%s.%N); cpu_m0=$(machine_cpu); cpu_b0=$(broker_cpu)
+  else
+    python3 - "$cpu/$1.json" "$cpu_t0" "$(date +%s.%N)" "$cpu_m0" "$(machine_cpu)" "$cpu_b0" "$(broker_cpu)" <<'PY'
+import json, sys
+f, t0, t1, m0, m1, b0, b1 = sys.argv[1], *map(float, sys.argv[2:])
+json.dump({"wall_s": t1 - t0, "machine_cpu_s": m1 - m0, "broker_cpu_s": b1 - b0}, open(f, "w"))
+PY
+  fi
+}
+
 # run_drain LABEL TOPIC [run flags...]: fresh database and group, drain, verify, report.
 run_drain() {
   local label=$1 topic=$2; shift 2
@@ -88,9 +110,11 @@ run_drain() {
   fresh_database "$db"
   DATABASE_URL=$(db_url "$db") $bin migrate >/dev/null
   log "run $label"
+  cpu_mark "$label" start
   DATABASE_URL=$(db_url "$db") RUST_LOG=warn $bin run --topic "$topic" --group "$label-$stamp" \
     --exit-on-eof --label "$label" --report "$runs/$label.json" --pool-size "$POOL_SIZE" \
     --batch-linger-ms "$LINGER_MS" "$@" | tee -a "$work/runs.log"
+  cpu_mark "$label" stop
 }
 
 machine_json() {
@@ -121,9 +145,10 @@ print(int(max(rates)) if rates else 1000)
 PY
 }
 
-# latency_run BATCH RATE: the processor waits on an empty topic; then input arrives at RATE/s.
+# latency_run BATCH RATE PERCENT: the processor waits on an empty topic; then input arrives at
+# RATE/s (PERCENT of the best batched throughput).
 latency_run() {
-  local size=$1 rate=$2 label="latency-b$1" topic="latency-b$1-$stamp"
+  local size=$1 rate=$2 label="latency-b$1-r$3" topic="latency-b$1-r$3-$stamp"
   local n=$(( rate * LATENCY_SECONDS ))
   local db="bi_lt_${label//-/_}"
   fresh_database "$db"
@@ -173,9 +198,10 @@ if [ "$quick" = 0 ]; then
   run_drain backlog-1m "$topic" --batch-size 1000 --expect "$expect"
 fi
 
-rate=$(( $(best_batched_rate) / 2 ))
-for size in $LATENCY_BATCH_SIZES; do
-  latency_run "$size" "$rate"
+best=$(best_batched_rate)
+for run in $LATENCY_RUNS; do
+  size=${run%%:*} percent=${run##*:}
+  latency_run "$size" $(( best * percent / 100 )) "$percent"
 done
 
 $bin summary --input "$OUT/loadtest" --output "$OUT"

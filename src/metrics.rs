@@ -165,6 +165,7 @@ impl Metrics {
                 .collect(),
             batch_size: Percentiles::of(&m.batch_sizes, 1.0),
             peak_rss_mb: peak_rss_mb(),
+            cpu_s: cpu_seconds(),
         }
     }
 }
@@ -250,6 +251,9 @@ pub struct RunReport {
     pub batch_size: Percentiles,
     /// Peak resident memory of the process.
     pub peak_rss_mb: f64,
+    /// CPU time of the process (user + system), in seconds.
+    #[serde(default)]
+    pub cpu_s: f64,
 }
 
 /// Peak resident set size of this process (VmHWM), in MiB; 0 where /proc is unavailable.
@@ -263,6 +267,23 @@ pub fn peak_rss_mb() -> f64 {
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// CPU time of this process (user + system, all threads), in seconds; 0 where /proc is
+/// unavailable. Linux reports it in clock ticks of 1/100 s.
+pub fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The command name (field 2) may contain spaces: count fields after its closing parenthesis.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: Vec<f64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    ticks.iter().sum::<f64>() / 100.0
 }
 
 #[cfg(test)]
@@ -299,5 +320,10 @@ mod tests {
         assert!((r.stages_ms["commit"].p50 - 2.0).abs() < 0.1);
         assert_eq!(r.batch_size.max, 3.0);
         assert!(r.peak_rss_mb > 0.0);
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < Duration::from_millis(50) {
+            std::hint::black_box(0u64);
+        }
+        assert!(cpu_seconds() > 0.0);
     }
 }

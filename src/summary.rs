@@ -50,7 +50,8 @@ pub enum SummaryError {
 
 const DASH: &str = "—";
 const THROUGHPUT_HEAD: &str = concat!(
-    "configuration|mode|batch size|msgs/s|× per-message|% of COPY ceiling|p50 ms|p99 ms|",
+    "configuration|mode|batch size|msgs/s|× per-message|% of COPY ceiling|% of consume-only|",
+    "p50 ms|p99 ms|",
     "p99.9 ms|statements/msg|transactions|peak RSS MiB|verified"
 );
 const LATENCY_HEAD: &str = concat!(
@@ -67,7 +68,9 @@ pub fn write(input: &Path, output: &Path) -> Result<Vec<PathBuf>, SummaryError> 
     let runs = read_runs(&input.join("runs"))?;
     fs::create_dir_all(output).map_err(io_err(output))?;
     let [md, tp, lat] = ["summary.md", "throughput.svg", "latency.svg"].map(|f| output.join(f));
-    fs::write(&md, render(&machine, &runs)).map_err(io_err(&md))?;
+    let mut text = render(&machine, &runs);
+    text.push_str(&cpu::section(input, &machine, &runs)?);
+    fs::write(&md, text).map_err(io_err(&md))?;
     plot_throughput(&runs, &tp).map_err(plot_err(&tp))?;
     plot_latency(&runs, &lat).map_err(plot_err(&lat))?;
     Ok(vec![md, tp, lat])
@@ -93,6 +96,8 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, SummaryError> {
         source,
     })
 }
+
+mod cpu;
 
 /// Every `*.json` report in `dir`, in table order.
 fn read_runs(dir: &Path) -> Result<Vec<RunReport>, SummaryError> {
@@ -197,10 +202,13 @@ fn render(machine: &Map<String, Value>, runs: &[RunReport]) -> String {
         row(&mut md, &[cell(k), cell(&v)]);
     }
     let (base, copy) = (best_rate(runs, "per-message"), best_rate(runs, "copy"));
-    md.push_str("\n## Throughput (backlog drain)\n");
+    let consume = best_rate(runs, "consume-only");
+    md.push_str("\n## Throughput (backlog drain)\n\n");
+    md.push_str("Latency in a backlog drain is mostly the time a record waited in the topic; ");
+    md.push_str("see the fixed-rate runs for latency.\n");
     header(&mut md, THROUGHPUT_HEAD);
     for r in runs.iter().filter(|r| is_drain(r)) {
-        row(&mut md, &throughput_row(r, base, copy));
+        row(&mut md, &throughput_row(r, base, copy, consume));
     }
     md.push_str("\n## Latency (fixed rate)\n\nEnd-to-end: Kafka timestamp to COMMIT, per record. ");
     md.push_str("Stages: p99 per transaction. All in ms.\n");
@@ -212,7 +220,12 @@ fn render(machine: &Map<String, Value>, runs: &[RunReport]) -> String {
     md
 }
 
-fn throughput_row(r: &RunReport, base: Option<f64>, copy: Option<f64>) -> Vec<String> {
+fn throughput_row(
+    r: &RunReport,
+    base: Option<f64>,
+    copy: Option<f64>,
+    consume: Option<f64>,
+) -> Vec<String> {
     let (db, e) = (r.settings.mode != "copy", &r.e2e_latency_ms);
     let lat = |v: f64| or_dash(db && e.count > 0, ms(v));
     let ratio =
@@ -228,6 +241,7 @@ fn throughput_row(r: &RunReport, base: Option<f64>, copy: Option<f64>) -> Vec<St
         int(r.msgs_per_sec),
         ratio(base, |x| format!("{x:.1}×")),
         ratio(copy, |x| format!("{:.1}%", x * 100.0)),
+        ratio(consume, |x| format!("{:.1}%", x * 100.0)),
         lat(e.p50),
         lat(e.p99),
         lat(e.p999),
@@ -492,17 +506,22 @@ mod tests {
             (r.settings.mode, r.settings.batch_size) = (mode.into(), batch_size);
             (r.settings.rate, r.settings.linger_ms) = (rate, 20);
             r.verified = Some(label != "batched-2000");
+            (r.stats.records, r.cpu_s) = (1_000_000, 3.0);
             let e2e = &mut r.e2e_latency_ms;
             (e2e.count, e2e.p50, e2e.p99, e2e.p999) = (100, 5.0, 60.0, 90.0);
             let json = serde_json::to_vec(&r).unwrap();
             fs::write(input.join(format!("runs/{i}.json")), json).unwrap();
         }
+        fs::create_dir_all(input.join("cpu")).unwrap();
+        let sample = r#"{"wall_s": 10.0, "machine_cpu_s": 18.0, "broker_cpu_s": 5.0}"#;
+        fs::write(input.join("cpu/batched-1000.json"), sample).unwrap();
         let written = write(&input, &output).unwrap();
         let md = fs::read_to_string(&written[0]).unwrap();
         for want in [
+            "| batched-1000 | 10.0 | 90% | 3.0 | 5.0 | 10.0 | 18.0 | 3.0 |",
             "| cores | 2 |",
             "| broker | redpanda |",
-            "| batched-1000 | batched | 1000 | 35,000 | 35.0× | 35.0% | 5.00 | 60.00 | 90.00 |",
+            "| batched-1000 | batched | 1000 | 35,000 | 35.0× | 35.0% | — | 5.00 | 60.00 | 90.00 |",
             "≥ 30× per-message msgs/s: **MET** — `batched-1000` 35,000 msgs/s = 35.0×",
             "COPY ceiling: **MISSED** — `batched-1000`",
             "= 35.0% of COPY (100,000 msgs/s); gap 15.0 pp",
