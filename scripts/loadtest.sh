@@ -123,11 +123,23 @@ import json, os, subprocess, sys, platform, datetime
 def q(sql):
     return subprocess.run(["psql","-Atq","-h","127.0.0.1","-U","postgres","-c",sql],capture_output=True,text=True).stdout.strip()
 mem = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal"))
+def fsync_rate():
+    # The per-message baseline's limit: one WAL flush per message (fdatasync, one 8 kB write).
+    import glob, re
+    tools = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_test_fsync"))
+    if not tools:
+        return None
+    data = q("SHOW data_directory")
+    out = subprocess.run([tools[-1], "-s", "1", "-f", os.path.join(data, "..", "batch_inbox_fsync_test")],
+                         capture_output=True, text=True).stdout
+    m = re.search(r"fdatasync\s+([0-9.]+) ops/sec", out)
+    return float(m.group(1)) if m else None
 json.dump({
   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
   "cores": os.cpu_count(), "memory_gib": round(mem/1048576, 1),
   "kernel": platform.release(), "postgres_version": q("SHOW server_version"),
   "synchronous_commit": q("SHOW synchronous_commit"), "fsync": q("SHOW fsync"),
+  "pg_test_fsync_fdatasync_ops_per_s": fsync_rate(),
   "broker": "tansu 0.6.0 (memory storage)" if "${broker_pid}" else "${KAFKA_BROKERS:-}",
   "messages": ${MESSAGES}, "accounts": ${ACCOUNTS}, "partitions": ${PARTITIONS},
   "duplicate_ratio": ${DUPLICATE_RATIO}, "bad_ratio": ${BAD_RATIO}, "debit_ratio": ${DEBIT_RATIO},

@@ -44,6 +44,18 @@ pub async fn run<H: Handler>(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Arc<Stats>, RunError> {
     let stats = Arc::new(Stats::default());
+    run_with_stats(config, pool, handler, stats.clone(), shutdown).await?;
+    Ok(stats)
+}
+
+/// [`run`], counting into `stats`, which the caller can read while it runs.
+pub async fn run_with_stats<H: Handler>(
+    config: ProcessorConfig,
+    pool: Pool,
+    handler: Arc<H>,
+    stats: Arc<Stats>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunError> {
     let inbox = Arc::new(Inbox::new(pool, handler, config.id_header.as_str()));
     let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
     let member = GroupMember::new(&config.kafka, config.revoke_timeout, |consumer| {
@@ -57,7 +69,7 @@ pub async fn run<H: Handler>(
     };
     let result = member.poll_until(shutdown, &mut fail_rx, finished).await;
     member.shutdown().await;
-    result.map(|()| stats)
+    result
 }
 
 fn spawner<H: Handler>(

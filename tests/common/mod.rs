@@ -158,10 +158,7 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
 
 /// Runs a ledger processor until its topic is drained and committed (at most 60 s).
 pub async fn drain(config: ProcessorConfig, pool: &Pool) -> StatsSnapshot {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    init_tracing();
     let run = batch_inbox::run(
         config,
         pool.clone(),
@@ -173,6 +170,14 @@ pub async fn drain(config: ProcessorConfig, pool: &Pool) -> StatsSnapshot {
         .expect("topic drained within 60 s")
         .expect("processor succeeded")
         .snapshot()
+}
+
+/// Logs to the test's output, filtered by RUST_LOG (nothing by default).
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
 }
 
 /// Counts the round trips a client makes: simple queries ('Q') and extended-protocol syncs
