@@ -66,6 +66,10 @@ impl KafkaSettings {
             .set("queued.min.messages", "10000")
             .set("queued.max.messages.kbytes", "8192")
             .set("fetch.max.bytes", "8388608")
+            // A broker holds an empty fetch this long: it bounds the latency of a record that
+            // arrives on an idle partition (Kafka answers early once data is there; some
+            // compatible brokers always wait the full time).
+            .set("fetch.wait.max.ms", "10")
             .set("max.partition.fetch.bytes", "524288")
             .set(
                 "enable.partition.eof",

@@ -9,7 +9,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
 use crate::generate::Record;
@@ -62,7 +62,8 @@ pub async fn send_all(
 
 /// Sends every record, at `rate` records per second when given, and reports progress (records
 /// delivered so far) to `progress`. Each record's timestamp is its intended send time: at a fixed
-/// rate, `start + i / rate`, even when the producer falls behind.
+/// rate, `start + i / rate`, even when the producer falls behind. Records are handed to the
+/// client at that time (not when a future is first polled), so pacing holds under load.
 pub async fn send_paced(
     producer: &FutureProducer,
     topic: &str,
@@ -70,52 +71,77 @@ pub async fn send_paced(
     rate: Option<f64>,
     mut progress: impl FnMut(u64),
 ) -> Result<u64, KafkaError> {
-    let mut pending = FuturesUnordered::new();
-    let mut delivered = 0u64;
+    // Connect and learn the topic's partitions before the clock starts, so that connecting is
+    // not counted as latency of the first records.
+    producer
+        .client()
+        .fetch_metadata(Some(topic), Timeout::After(Duration::from_secs(30)))?;
+    let mut pending = Pending {
+        futures: FuturesUnordered::new(),
+        delivered: 0,
+    };
     let start = tokio::time::Instant::now();
     let start_ms = now_ms();
     for (i, r) in records.into_iter().enumerate() {
-        let intended_ms = match rate.filter(|r| *r > 0.0) {
+        let timestamp_ms = match rate.filter(|r| *r > 0.0) {
             Some(rate) => {
                 let offset = Duration::from_secs_f64(i as f64 / rate);
-                let due = start + offset;
-                if due > tokio::time::Instant::now() + Duration::from_millis(1) {
-                    // Deliveries keep completing while waiting.
-                    while tokio::time::Instant::now() < due {
-                        tokio::select! {
-                            _ = tokio::time::sleep_until(due) => {}
-                            Some(result) = pending.next(), if !pending.is_empty() => {
-                                result?;
-                                delivered += 1;
-                            }
-                        }
-                    }
-                }
+                pending.until(start + offset).await?;
                 start_ms + offset.as_millis() as i64
             }
             None => now_ms(),
         };
-        if pending.len() >= IN_FLIGHT {
-            if let Some(result) = pending.next().await {
-                result?;
-                delivered += 1;
-            }
+        while pending.futures.len() >= IN_FLIGHT {
+            pending.one().await?;
         }
-        pending.push(send(producer, topic, r, intended_ms));
+        enqueue(producer, topic, &r, timestamp_ms, &mut pending).await?;
         if i % 1024 == 0 {
-            progress(delivered);
+            progress(pending.delivered);
         }
     }
-    while let Some(result) = pending.next().await {
-        result?;
-        delivered += 1;
-        if delivered % 1024 == 0 {
-            progress(delivered);
+    while !pending.futures.is_empty() {
+        pending.one().await?;
+        if pending.delivered % 1024 == 0 {
+            progress(pending.delivered);
         }
     }
     producer.flush(Timeout::After(Duration::from_secs(30)))?;
-    progress(delivered);
-    Ok(delivered)
+    progress(pending.delivered);
+    Ok(pending.delivered)
+}
+
+/// Delivery reports still to come.
+struct Pending {
+    futures: FuturesUnordered<DeliveryFuture>,
+    delivered: u64,
+}
+
+impl Pending {
+    /// Waits for one delivery report.
+    async fn one(&mut self) -> Result<(), KafkaError> {
+        match self.futures.next().await {
+            Some(Ok(Ok(_))) => self.delivered += 1,
+            Some(Ok(Err((e, _)))) => return Err(e),
+            Some(Err(_)) => return Err(KafkaError::Canceled),
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Collects delivery reports until `due`.
+    async fn until(&mut self, due: tokio::time::Instant) -> Result<(), KafkaError> {
+        while tokio::time::Instant::now() < due {
+            if self.futures.is_empty() {
+                tokio::time::sleep_until(due).await;
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(due) => {}
+                r = self.one() => r?,
+            }
+        }
+        Ok(())
+    }
 }
 
 fn now_ms() -> i64 {
@@ -124,26 +150,42 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-type Delivery = Result<(), KafkaError>;
-
-async fn send(producer: &FutureProducer, topic: &str, r: Record, timestamp_ms: i64) -> Delivery {
-    let headers = match &r.id {
-        Some(id) => OwnedHeaders::new().insert(Header {
-            key: "id",
-            value: Some(id.as_bytes()),
-        }),
-        None => OwnedHeaders::new(),
-    };
-    let mut record = FutureRecord::to(topic)
-        .key(r.key.as_bytes())
-        .headers(headers)
-        .timestamp(timestamp_ms);
-    if let Some(v) = &r.value {
-        record = record.payload(v.as_slice());
+/// Hands one record to the client now; waits for deliveries while its queue is full.
+async fn enqueue(
+    producer: &FutureProducer,
+    topic: &str,
+    r: &Record,
+    timestamp_ms: i64,
+    pending: &mut Pending,
+) -> Result<(), KafkaError> {
+    loop {
+        let headers = match &r.id {
+            Some(id) => OwnedHeaders::new().insert(Header {
+                key: "id",
+                value: Some(id.as_bytes()),
+            }),
+            None => OwnedHeaders::new(),
+        };
+        let mut record = FutureRecord::to(topic)
+            .key(r.key.as_bytes())
+            .headers(headers)
+            .timestamp(timestamp_ms);
+        if let Some(v) = &r.value {
+            record = record.payload(v.as_slice());
+        }
+        match producer.send_result(record) {
+            Ok(delivery) => {
+                pending.futures.push(delivery);
+                return Ok(());
+            }
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                if pending.futures.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                } else {
+                    pending.one().await?;
+                }
+            }
+            Err((e, _)) => return Err(e),
+        }
     }
-    producer
-        .send(record, Timeout::After(Duration::from_secs(60)))
-        .await
-        .map(|_| ())
-        .map_err(|(e, _)| e)
 }
