@@ -193,13 +193,12 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         let closed = Instant::now();
         let opened = batch.opened.into_std();
         let closed_std = closed.into_std();
+        let last = batch.items.last().map(|m| m.offset);
+        let timestamps: Vec<Option<i64>> = batch.items.iter().map(|m| m.timestamp_ms).collect();
+        let (topic, partition) = (self.topic.clone(), self.partition);
         match self.settings.mode {
             Mode::Batched => {
-                let last = batch.items.last().map(|m| m.offset);
-                let timestamps: Vec<Option<i64>> =
-                    batch.items.iter().map(|m| m.timestamp_ms).collect();
                 let decoded = self.inbox.decode(batch.items);
-                let (topic, partition) = (self.topic.clone(), self.partition);
                 let first = first_offset(&decoded);
                 let inbox = &self.inbox;
                 let outcome = self
@@ -213,9 +212,6 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 self.committed(&outcome, last, opened, closed_std, &timestamps);
             }
             Mode::ConsumeOnly => {
-                let last = batch.items.last().map(|m| m.offset);
-                let timestamps: Vec<Option<i64>> =
-                    batch.items.iter().map(|m| m.timestamp_ms).collect();
                 let outcome = TxOutcome {
                     received: batch.items.len() as u64,
                     ..TxOutcome::default()
@@ -223,11 +219,9 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 self.committed(&outcome, last, opened, closed_std, &timestamps);
             }
             Mode::PerMessage => {
-                for raw in batch.items {
+                for (raw, stamp) in batch.items.into_iter().zip(timestamps) {
                     let offset = raw.offset;
-                    let timestamps = [raw.timestamp_ms];
                     let decoded = self.inbox.decode(vec![raw]);
-                    let (topic, partition) = (self.topic.clone(), self.partition);
                     let inbox = &self.inbox;
                     let outcome = self
                         .retry(offset, stop, stopping, || {
@@ -237,7 +231,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                     let Some(outcome) = outcome else {
                         return Ok(false);
                     };
-                    self.committed(&outcome, Some(offset), opened, closed_std, &timestamps);
+                    self.committed(&outcome, Some(offset), opened, closed_std, &[stamp]);
                 }
             }
         }
