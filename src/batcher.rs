@@ -83,6 +83,14 @@ impl<T> Batcher<T> {
         self.close();
     }
 
+    /// Drops every item held, open and closed.
+    pub fn clear(&mut self) {
+        self.ready.clear();
+        self.open.clear();
+        self.open_bytes = 0;
+        self.opened = None;
+    }
+
     /// Takes the oldest closed batch.
     pub fn pop_ready(&mut self) -> Option<Batch<T>> {
         self.ready.pop_front()
@@ -193,5 +201,10 @@ mod tests {
         b.flush();
         assert_eq!(drain(&mut b), vec![vec![1]]);
         assert!(b.is_empty());
+        b.push(2, 1, Instant::now());
+        b.flush();
+        b.push(3, 1, Instant::now());
+        b.clear();
+        assert!(b.is_empty() && b.pop_ready().is_none() && b.deadline().is_none());
     }
 }

@@ -147,7 +147,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             match step {
                 Step::Stop | Step::Input(None) => {
                     self.batcher.flush();
-                    return self.drain_ready(&stop, true).await;
+                    return self.drain_ready(&stop, true).await.map(|_| ());
                 }
                 Step::Linger => self.batcher.tick(Instant::now()),
                 Step::Input(Some(Input::Record(raw))) => {
@@ -157,7 +157,9 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 }
                 Step::Input(Some(Input::Eof)) => {
                     self.batcher.flush();
-                    self.drain_ready(&stop, false).await?;
+                    if !self.drain_ready(&stop, false).await? {
+                        return Ok(());
+                    }
                     self.at_eof.store(true, Ordering::Release);
                     continue;
                 }
@@ -165,21 +167,27 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                     tracing::warn!(topic = %self.topic, partition = self.partition, "consumer: {e}");
                 }
             }
-            self.drain_ready(&stop, false).await?;
+            if !self.drain_ready(&stop, false).await? {
+                return Ok(());
+            }
         }
     }
 
+    /// Commits every closed batch in order. Returns false when one was abandoned (the worker
+    /// is stopping while the database fails): the batches after it are dropped uncommitted, so
+    /// no offset can move past it, and the worker must stop.
     async fn drain_ready(
         &mut self,
         stop: &CancellationToken,
         stopping: bool,
-    ) -> Result<(), RunError> {
+    ) -> Result<bool, RunError> {
         while let Some(batch) = self.batcher.pop_ready() {
             if !self.commit(batch, stop, stopping).await? {
-                return Ok(());
+                self.batcher.clear();
+                return Ok(false);
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Applies a batch and stores its offsets. Returns false when the batch was abandoned
