@@ -66,7 +66,9 @@ fn batch(first_offset: i64, n: usize, seed: u64) -> Vec<RawMessage> {
 async fn statements_per_batch_do_not_grow_with_batch_size() {
     let (_, _pool) = fresh_db("statements").await;
     let counter = RoundTripCounter::start().await;
-    let pool = db::connect(&counter.url("bi_statements"), 1).await.unwrap();
+    let pool = db::connect(&counter.url(&common::db_name("statements")), 1)
+        .await
+        .unwrap();
     let inbox = Inbox::new(pool, Arc::new(Ledger), "id");
 
     // Warm up: the first batch prepares the statements on the connection and creates the
@@ -107,7 +109,7 @@ async fn statements_per_batch_do_not_grow_with_batch_size() {
 async fn per_message_baseline_pays_a_transaction_per_message() {
     let (_, _pool) = fresh_db("statements_one").await;
     let counter = RoundTripCounter::start().await;
-    let pool = db::connect(&counter.url("bi_statements_one"), 1)
+    let pool = db::connect(&counter.url(&common::db_name("statements_one")), 1)
         .await
         .unwrap();
     let inbox = Inbox::new(pool, Arc::new(Ledger), "id");

@@ -32,9 +32,16 @@ pub fn db_url(name: &str) -> String {
     format!("postgres://postgres@{h}:{p}/{name}")
 }
 
-/// Drops and creates database `bi_<name>`, migrates it, returns its URL and a pool.
+/// The database name of test `name`.
+pub fn db_name(name: &str) -> String {
+    let prefix = std::env::var("TEST_DATABASE_PREFIX").unwrap_or_else(|_| "bi_".to_owned());
+    format!("{prefix}{name}")
+}
+
+/// Drops and creates database `<prefix><name>`, migrates it, returns its URL and a pool. The prefix
+/// is `bi_`, or `TEST_DATABASE_PREFIX` so that two checkouts can run their tests at once.
 pub async fn fresh_db(name: &str) -> (String, Pool) {
-    let db = format!("bi_{name}");
+    let db = db_name(name);
     let admin = db::connect(&db_url("postgres"), 1)
         .await
         .expect("PostgreSQL must run on 127.0.0.1:5432 (scripts/test.sh starts it)");
