@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::RunError;
+use crate::failpoint::failpoint;
 use crate::message::{Header, RawMessage};
 use crate::worker::{Input, OffsetSink};
 
@@ -174,7 +175,10 @@ impl ConsumerContext for GroupContext {
 
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         match result {
-            Ok(()) => tracing::debug!("offsets committed: {offsets:?}"),
+            Ok(()) => {
+                tracing::debug!("offsets committed: {offsets:?}");
+                failpoint!("after_offset_commit");
+            }
             Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
             Err(e) => {
                 tracing::warn!("offset commit failed (will be retried by the next commit): {e}")

@@ -24,6 +24,7 @@ use uuid::Uuid;
 use crate::dead_letter::Reason;
 use crate::dead_letter::{self, DeadLetter};
 use crate::error::InboxError;
+use crate::failpoint::failpoint;
 use crate::handler::{Handler, Rejection};
 use crate::message::{decode_batch, dedup_in_batch, Decoded, Message, RawMessage};
 use crate::metrics::StageTimings;
@@ -210,7 +211,8 @@ impl<H: Handler> Inbox<H> {
             DeadLetter::new(m.raw.clone(), id, Reason::HandlerError, error.to_owned())
         }));
         let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
-        tx.commit().await?;
+        failpoint!("before_commit");
+    tx.commit().await?;
         Ok(TxOutcome {
             received: (part.messages.len() + part.dead_letters.len()) as u64,
             new: new_ids.len() as u64,
@@ -253,6 +255,7 @@ pub async fn apply_batch<H: Handler>(
     letters.extend(rejections.iter().filter_map(|r| rejected_letter(&fresh, r)));
     let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
     timings.dead_letters = lap(&mut clock);
+    failpoint!("before_commit");
     tx.commit().await?;
     timings.commit = lap(&mut clock);
 
@@ -290,6 +293,7 @@ async fn apply_without_inbox<H: Handler>(
             .filter_map(|r| rejected_letter(&batch.messages, r)),
     );
     let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
+    failpoint!("before_commit");
     tx.commit().await?;
     Ok(TxOutcome {
         received: (batch.messages.len() + batch.dead_letters.len()) as u64,
@@ -369,6 +373,7 @@ pub async fn apply_one<H: Handler>(
     }
     outcome.dead_letters_written = dead_letter::insert(&tx, topic, partition, &letters).await?;
     outcome.timings.dead_letters = lap(&mut clock);
+    failpoint!("before_commit");
     tx.commit().await?;
     outcome.timings.commit = lap(&mut clock);
     Ok(outcome)

@@ -26,6 +26,7 @@ pub mod db;
 pub mod dead_letter;
 pub mod demo;
 pub mod error;
+pub mod failpoint;
 pub mod generate;
 pub mod handler;
 pub mod inbox;

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::batcher::{Batch, Batcher, BatcherSettings};
 use crate::error::{InboxError, RunError};
+use crate::failpoint::failpoint;
 use crate::handler::Handler;
 use crate::inbox::{Inbox, Mode, TxOutcome};
 use crate::message::{Decoded, RawMessage};
@@ -322,8 +323,10 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
     ) {
         let committed_at = std::time::SystemTime::now();
         self.stats.record(outcome);
+        failpoint!("after_commit_before_offset");
         let store_started = std::time::Instant::now();
         self.store_offset(last_offset);
+        failpoint!("after_offset_store");
         let sample = BatchSample {
             opened: clock.opened,
             closed: clock.closed,

@@ -1,0 +1,28 @@
+//! Failpoints for fault tests, active only with the `failpoints` feature (release builds
+//! have none: without the feature, [`fail::fail_point!`] expands to nothing).
+//!
+//! Points: `before_commit` (inside an inbox transaction, just before COMMIT),
+//! `after_commit_before_offset` (COMMIT done, offset not stored), `after_offset_store` (offset
+//! stored, not yet committed to Kafka), `after_offset_commit` (Kafka confirmed an offset
+//! commit). Configure them with the `FAILPOINTS` environment variable of the `fail` crate, e.g.
+//! `FAILPOINTS='before_commit=2*off->return(crash)'`; the only action argument is `crash`: the
+//! process aborts on the spot, like `kill -9` (no destructor, no offset commit, no COMMIT).
+
+/// Aborts the process when failpoint `name` fires with `return(crash)`; any other argument is a
+/// configuration error and aborts too, loudly, so a test cannot silently run without its fault.
+#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+pub fn crash(name: &str, arg: Option<String>) -> ! {
+    match arg.as_deref() {
+        Some("crash") => eprintln!("failpoint {name}: crashing"),
+        other => eprintln!("failpoint {name}: unknown action argument {other:?}; crashing"),
+    }
+    std::process::abort()
+}
+
+/// Evaluates failpoint `$name` (a string literal); see the module documentation.
+macro_rules! failpoint {
+    ($name:literal) => {
+        fail::fail_point!($name, |arg| $crate::failpoint::crash($name, arg))
+    };
+}
+pub(crate) use failpoint;
