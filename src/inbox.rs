@@ -212,7 +212,7 @@ impl<H: Handler> Inbox<H> {
         }));
         let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
         failpoint!("before_commit");
-    tx.commit().await?;
+        tx.commit().await?;
         Ok(TxOutcome {
             received: (part.messages.len() + part.dead_letters.len()) as u64,
             new: new_ids.len() as u64,

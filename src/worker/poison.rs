@@ -112,7 +112,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 tracing::warn!(
                     topic = %self.topic, partition = self.partition,
                     offset = first_offset(&part.decoded), messages = part.decoded.messages.len(),
-                    "handler failed on a batch, bisecting it: {error}"
+                    "handler failed on a batch, bisecting it: {}", describe(&error)
                 );
                 push_halves(&mut stack, part.decoded);
                 continue;
@@ -141,7 +141,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         stopping: bool,
     ) -> Result<bool, RunError> {
         let first = first_offset(&part);
-        let detail = error.to_string();
+        let detail = describe(error);
         tracing::warn!(
             topic = %self.topic, partition = self.partition, offset = first,
             "poison message dead-lettered: {detail}"
@@ -162,6 +162,18 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             Attempt::Failed(e) => Err(self.batch_error(first, e)),
         }
     }
+}
+
+/// An error with its chain of causes (a database error's text is in its source).
+fn describe(error: &InboxError) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// Pushes the halves of a failed part: the left one on top, so it runs first.
