@@ -30,6 +30,8 @@ pub struct Stats {
     /// Records not read again on assignment because the offset stored in the database was
     /// ahead of Kafka's committed one (replay avoided by offsets in the database).
     pub replays_avoided: AtomicU64,
+    /// Offsets the client refused to store (the partition was no longer assigned).
+    pub offsets_refused: AtomicU64,
     /// Latency and batch-size measurements.
     pub metrics: crate::metrics::Metrics,
 }
@@ -62,6 +64,9 @@ pub struct StatsSnapshot {
     /// Records not read again thanks to offsets in the database.
     #[serde(default)]
     pub replays_avoided: u64,
+    /// Offsets the client refused to store (partition no longer assigned).
+    #[serde(default)]
+    pub offsets_refused: u64,
 }
 
 impl Stats {
@@ -92,6 +97,7 @@ impl Stats {
             poisoned: self.poisoned.load(Relaxed),
             poison_failures: self.poison_failures.load(Relaxed),
             replays_avoided: self.replays_avoided.load(Relaxed),
+            offsets_refused: self.offsets_refused.load(Relaxed),
         }
     }
 }

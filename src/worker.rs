@@ -341,6 +341,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
     fn store_offset(&mut self, last_offset: Option<i64>) {
         if let Some(next) = last_offset.and_then(|o| self.tracker.committed_through(o)) {
             if let Err(e) = self.sink.store(&self.topic, self.partition, next) {
+                self.stats.offsets_refused.fetch_add(1, Ordering::Relaxed);
                 // The partition was revoked meanwhile: its new owner replays from the last
                 // commit and the inbox skips what this batch applied.
                 tracing::warn!(topic = %self.topic, partition = self.partition, next, "offset not stored: {e}");

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use batch_inbox::ledger::Ledger;
 use batch_inbox::stats::Stats;
-use batch_inbox::ProcessorConfig;
+use batch_inbox::{Handler, ProcessorConfig};
 use deadpool_postgres::Pool;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -25,13 +25,17 @@ pub struct Member {
 
 impl Member {
     pub fn start(cfg: ProcessorConfig, pool: &Pool) -> Member {
+        Self::start_with(cfg, pool, Arc::new(Ledger))
+    }
+
+    pub fn start_with<H: Handler>(cfg: ProcessorConfig, pool: &Pool, handler: Arc<H>) -> Member {
         super::init_tracing();
         let stats = Arc::new(Stats::default());
         let (stop, stopped) = oneshot::channel::<()>();
         let run = batch_inbox::processor::run_with_stats(
             cfg,
             pool.clone(),
-            Arc::new(Ledger),
+            handler,
             stats.clone(),
             async move {
                 let _ = stopped.await;
