@@ -185,3 +185,42 @@ fn push_halves<P>(stack: &mut Vec<Part<P>>, decoded: Decoded<P>) {
         ..Part::new(left)
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dead_letter::{DeadLetter, Reason};
+    use crate::message::{tests::raw, Message};
+    use std::sync::Arc;
+
+    fn decoded(messages: &[i64], letters: &[i64]) -> Decoded<()> {
+        let at = |o: i64| Arc::new(raw(o, None, ""));
+        Decoded {
+            messages: messages
+                .iter()
+                .map(|&o| Message {
+                    id: uuid::Uuid::from_u128(o as u128),
+                    payload: (),
+                    raw: at(o),
+                })
+                .collect(),
+            dead_letters: letters
+                .iter()
+                .map(|&o| DeadLetter::new(at(o), None, Reason::InvalidPayload, String::new()))
+                .collect(),
+        }
+    }
+
+    fn offsets(d: &Decoded<()>) -> (Vec<i64>, Vec<i64>) {
+        let m = d.messages.iter().map(|m| m.raw.offset).collect();
+        (m, d.dead_letters.iter().map(|l| l.raw.offset).collect())
+    }
+
+    #[test]
+    fn halves_cover_contiguous_offset_ranges() {
+        let (left, right) = split(decoded(&[0, 2, 3, 6, 7], &[1, 4, 5, 8]));
+        assert_eq!(offsets(&left), (vec![0, 2], vec![1]));
+        assert_eq!(offsets(&right), (vec![3, 6, 7], vec![4, 5, 8]));
+        assert!(last_offset(&left) < Some(first_offset(&right)));
+    }
+}
