@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Client, Pool};
 use uuid::Uuid;
 
-use crate::dead_letter::Reason;
 use crate::dead_letter::{self, DeadLetter};
 use crate::error::InboxError;
 use crate::failpoint::failpoint;
@@ -30,6 +29,9 @@ use crate::message::{decode_batch, dedup_in_batch, Decoded, Message, RawMessage}
 use crate::metrics::StageTimings;
 use crate::offset_table::{self, upsert_offset, OffsetTarget};
 use crate::Transaction;
+
+mod variants;
+use variants::apply_without_inbox;
 
 /// How messages are grouped into transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -200,28 +202,8 @@ impl<H: Handler> Inbox<H> {
         error: &str,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let mut unique: Vec<&Message<H::Payload>> = part.messages.iter().collect();
-        dedup_in_batch(&mut unique, |m| m.id);
         let target = self.target(part);
-        let new_ids = insert_ids(&tx, (topic, partition), &unique, target).await?;
-        let mut letters = part.dead_letters.clone();
-        letters.extend(unique.iter().filter(|m| new_ids.contains(&m.id)).map(|m| {
-            let id = Some(m.id.to_string());
-            DeadLetter::new(m.raw.clone(), id, Reason::HandlerError, error.to_owned())
-        }));
-        let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
-        failpoint!("before_commit");
-        tx.commit().await?;
-        Ok(TxOutcome {
-            received: (part.messages.len() + part.dead_letters.len()) as u64,
-            new: new_ids.len() as u64,
-            duplicates: (part.messages.len() - new_ids.len()) as u64,
-            poisoned: new_ids.len() as u64,
-            invalid: part.dead_letters.len() as u64,
-            dead_letters_written: written,
-            ..TxOutcome::default()
-        })
+        variants::dead_letter_poison(&mut client, (topic, partition), part, error, target).await
     }
 }
 
@@ -268,40 +250,6 @@ pub async fn apply_batch<H: Handler>(
         invalid: batch.dead_letters.len() as u64,
         dead_letters_written: written,
         timings,
-    })
-}
-
-/// The UNSAFE control: the batched transaction without dedup (every record is new, in-batch
-/// copies included) and without inbox rows. Only for showing that fault checks detect double
-/// application.
-async fn apply_without_inbox<H: Handler>(
-    client: &mut Client,
-    handler: &H,
-    (topic, partition): (&str, i32),
-    batch: &Decoded<H::Payload>,
-    target: Option<OffsetTarget<'_>>,
-) -> Result<TxOutcome, InboxError> {
-    let tx = client.transaction().await?;
-    if let Some(t) = target {
-        offset_table::store(&tx, topic, partition, t).await?;
-    }
-    let rejections = handler.handle(&tx, &batch.messages).await?;
-    let mut letters = batch.dead_letters.clone();
-    letters.extend(
-        rejections
-            .iter()
-            .filter_map(|r| rejected_letter(&batch.messages, r)),
-    );
-    let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
-    failpoint!("before_commit");
-    tx.commit().await?;
-    Ok(TxOutcome {
-        received: (batch.messages.len() + batch.dead_letters.len()) as u64,
-        new: batch.messages.len() as u64,
-        rejected: rejections.len() as u64,
-        invalid: batch.dead_letters.len() as u64,
-        dead_letters_written: written,
-        ..TxOutcome::default()
     })
 }
 
