@@ -5,7 +5,9 @@
 //! at revoke and at shutdown. Partition queues are split inside the rebalance callback, *before*
 //! the assignment takes effect, so no record of an assigned partition ever reaches the main queue
 //! and order within a partition is kept. On revoke, the partition's worker commits what it has
-//! read and stops before the revoke returns.
+//! read and stops before the revoke returns. Before an assignment takes effect, an
+//! [`AssignHook`] may set start offsets in it (the processor's one starts from offsets stored in
+//! the database when they are ahead of Kafka's).
 
 use std::collections::HashMap;
 use std::future::Future;

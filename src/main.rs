@@ -77,6 +77,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "records {} new {} duplicates {} dead-lettered {} (invalid {}, rejected {}) transactions {} retries {} in {secs:.1}s",
         s.records, s.new, s.duplicates, s.invalid + s.rejected, s.invalid, s.rejected, s.transactions, s.retries
     );
+    println!(
+        "poisoned {} (failed attempts {}) replays avoided {} offsets refused {}",
+        s.poisoned, s.poison_failures, s.replays_avoided, s.offsets_refused
+    );
     let mut report = stats.metrics.report(&args.label, s);
     if let (Some(before), Some(after)) = (statements_before, measure::statement_count(&pool).await)
     {
