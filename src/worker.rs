@@ -3,8 +3,8 @@
 //! Invariant (the one this module exists to keep): an offset is stored only after the database
 //! transaction covering every record before it has committed. A batch that fails transiently is
 //! retried with backoff; a batch the handler fails for a non-transient reason is bisected to
-//! dead-letter the poison messages (module `poison`); a batch that cannot commit otherwise stops the
-//! worker without storing anything, so Kafka redelivers it.
+//! dead-letter the poison messages (module `poison`); a batch that cannot commit otherwise stops
+//! the worker without storing anything, so Kafka redelivers it.
 //!
 //! The worker knows no Kafka type: it reads [`Input`]s from any stream and stores offsets through
 //! an [`OffsetSink`], so tests drive it with channels and paused time.
