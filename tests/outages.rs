@@ -161,7 +161,7 @@ async fn failing_offset_commits_replay_nothing_and_never_go_backwards() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_broker_down_then_slow_loses_nothing_and_the_lag_returns_to_zero() {
+async fn the_broker_down_slow_and_failing_fetches_lose_nothing_and_the_lag_returns_to_zero() {
     let (_, pool) = fresh_db("broker_down").await;
     let kafka = Kafka::new("broker_down", 3);
     let (mut records, expected) = input(4_000, 13);
@@ -183,6 +183,16 @@ async fn the_broker_down_then_slow_loses_nothing_and_the_lag_returns_to_zero() {
     // The outage itself lasts 3 s; nothing is asserted on timing.
     tokio::time::sleep(Duration::from_secs(3)).await;
     kafka.cluster.broker_up(1).unwrap();
+    // Then fetches fail for a while (the leader moved, the request timed out).
+    let fetch_errors: Vec<RDKafkaRespErr> = (0..20)
+        .map(|i| match i % 2 {
+            0 => RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            _ => RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+        })
+        .collect();
+    kafka
+        .cluster
+        .request_errors(RDKafkaApiKey::Fetch, &fetch_errors);
     kafka.send_generated(later).await;
     wait_for("every valid id applied", 120, || async {
         inbox_rows(&pool).await == expected.new
