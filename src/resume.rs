@@ -38,13 +38,7 @@ fn set_start_offsets(
     group: &str,
     stats: &Stats,
 ) -> Result<(), String> {
-    let mut by_topic: HashMap<String, Vec<i32>> = HashMap::new();
-    for e in tpl.elements() {
-        by_topic
-            .entry(e.topic().to_owned())
-            .or_default()
-            .push(e.partition());
-    }
+    let by_topic = partitions_by_topic(tpl);
     if by_topic.is_empty() {
         return Ok(());
     }
@@ -85,6 +79,17 @@ fn set_start_offsets(
         );
     }
     Ok(())
+}
+
+fn partitions_by_topic(tpl: &TopicPartitionList) -> HashMap<String, Vec<i32>> {
+    let mut by_topic: HashMap<String, Vec<i32>> = HashMap::new();
+    for e in tpl.elements() {
+        by_topic
+            .entry(e.topic().to_owned())
+            .or_default()
+            .push(e.partition());
+    }
+    by_topic
 }
 
 /// Reads the stored offsets, blocking the rebalance callback (which is synchronous) on the
