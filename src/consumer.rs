@@ -73,6 +73,8 @@ impl KafkaSettings {
             // compatible brokers always wait the full time).
             .set("fetch.wait.max.ms", "10")
             .set("max.partition.fetch.bytes", "262144")
+            // Per-partition consumer lag for the metrics and the summary log line.
+            .set("statistics.interval.ms", "5000")
             .set(
                 "enable.partition.eof",
                 if self.partition_eof { "true" } else { "false" },
@@ -98,17 +100,27 @@ pub struct WorkerHandle {
     pub join: JoinHandle<()>,
 }
 
+/// Receives librdkafka's statistics (every `statistics.interval.ms`).
+pub type StatisticsSink = Box<dyn Fn(&rdkafka::Statistics) + Send + Sync>;
+
 /// Consumer context: splits partition queues on assign, stops workers on revoke.
 #[derive(Default)]
 pub struct GroupContext {
     consumer: OnceLock<Weak<KafkaConsumer>>,
     spawner: OnceLock<Spawner>,
+    statistics: OnceLock<StatisticsSink>,
     workers: Mutex<HashMap<(Arc<str>, i32), WorkerHandle>>,
     /// How long a revoke waits for a partition's in-flight batch.
     pub revoke_timeout: Duration,
 }
 
 impl ClientContext for GroupContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        if let Some(sink) = self.statistics.get() {
+            sink(&statistics);
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         match error {
             // End of partition is an event the partition workers handle, not a failure.
@@ -316,6 +328,11 @@ impl GroupMember {
         let _ = consumer.context().spawner.set(spawn(weak));
         consumer.subscribe(&[&settings.topic])?;
         Ok(Self { consumer })
+    }
+
+    /// Sends librdkafka's statistics to `sink` from now on (set once).
+    pub fn on_statistics(&self, sink: StatisticsSink) {
+        let _ = self.consumer.context().statistics.set(sink);
     }
 
     /// An offset sink for workers of this member.

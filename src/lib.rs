@@ -21,15 +21,18 @@
 
 pub mod batcher;
 pub mod config;
+pub mod config_file;
 pub mod consumer;
 pub mod db;
 pub mod dead_letter;
 pub mod demo;
 pub mod error;
+pub mod exporter;
 pub mod generate;
 pub mod handler;
 pub mod inbox;
 pub mod ledger;
+pub mod logging;
 pub mod measure;
 pub mod message;
 pub mod metrics;
@@ -38,6 +41,7 @@ pub mod processor;
 pub mod produce;
 pub mod stats;
 pub mod summary;
+pub mod telemetry;
 pub mod verify;
 pub mod worker;
 

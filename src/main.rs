@@ -3,31 +3,36 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use batch_inbox::config::{
-    Cli, Command, CopyCeilingArgs, DemoArgs, ProduceArgs, RunArgs, VerifyArgs,
-};
+use batch_inbox::config::{Command, CopyCeilingArgs, DemoArgs, ProduceArgs, RunArgs, VerifyArgs};
+use batch_inbox::config_file::{self, ConfigError, Source};
 use batch_inbox::generate::Expected;
 use batch_inbox::measure;
 use batch_inbox::metrics::{RunReport, RunSettings};
+use batch_inbox::stats::Stats;
 use batch_inbox::{db, ledger::Ledger};
-use clap::Parser;
 use clap::ValueEnum;
+use tokio_util::sync::CancellationToken;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,rdkafka=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let result = match cli.command {
+    let loaded = match config_file::load(std::env::args_os()) {
+        Ok(loaded) => loaded,
+        Err(ConfigError::Cli(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    batch_inbox::logging::init(loaded.cli.log_format);
+    let result = match loaded.cli.command {
         Command::Migrate(args) => migrate(&args.database_url).await,
+        Command::Run(args) if args.ops.print_config => {
+            print_settings(&loaded.settings);
+            Ok(())
+        }
         Command::Run(args) => run(args).await,
         Command::Produce(args) => produce(args).await,
         Command::Demo(args) => demo(args).await,
@@ -60,11 +65,21 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(_) => measure::statement_count(&pool).await,
         None => None,
     };
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let _stop_ops = stop.clone().drop_guard();
+    if let Some(addr) = args.ops.metrics_addr {
+        let url = &args.db.database_url;
+        batch_inbox::exporter::start(addr, url, pool.clone(), stats.clone(), stop.clone()).await?;
+    }
+    let summary = batch_inbox::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
+    tokio::spawn(summary);
     let started = std::time::Instant::now();
-    let stats = batch_inbox::run(
+    batch_inbox::processor::run_with_stats(
         args.processor(),
         pool.clone(),
         Arc::new(Ledger),
+        stats.clone(),
         shutdown_signal(),
     )
     .await?;
@@ -106,6 +121,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     match failure {
         None => Ok(()),
         Some(diffs) => anyhow::bail!("database differs from the expected outcome: {diffs}"),
+    }
+}
+
+/// `run --print-config`: every setting as a TOML line, with where it came from.
+fn print_settings(settings: &[(String, String, Source)]) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for (name, value, source) in settings {
+        let source = match source {
+            Source::Flag => "flag",
+            Source::Env => "env",
+            Source::File => "file",
+            Source::Default => "default",
+        };
+        if writeln!(out, "{name} = {value:?}  # {source}").is_err() {
+            return; // stdout closed (a pipe to `head`)
+        }
     }
 }
 

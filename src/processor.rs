@@ -61,6 +61,8 @@ pub async fn run_with_stats<H: Handler>(
     let member = GroupMember::new(&config.kafka, config.revoke_timeout, |consumer| {
         spawner(consumer, inbox, config.worker, stats.clone(), fail_tx)
     })?;
+    let observed = stats.clone();
+    member.on_statistics(Box::new(move |s| observed.telemetry.record_statistics(s)));
     let (exit_on_eof, limit) = (config.exit_on_eof, config.exit_after_records);
     let counted = stats.clone();
     let finished = move |group: &GroupContext| {
@@ -94,7 +96,9 @@ fn spawner<H: Handler>(
         );
         let failures = failures.clone();
         let token = stop.clone();
+        let assigned = stats.telemetry.partition_assigned();
         let join = tokio::spawn(async move {
+            let _assigned = assigned;
             if let Err(e) = worker.run(queue_input(topic, &queue), token).await {
                 tracing::error!(partition, "partition worker stopped: {e}");
                 let _ = failures.send(e);

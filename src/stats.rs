@@ -25,6 +25,8 @@ pub struct Stats {
     pub retries: AtomicU64,
     /// Latency and batch-size measurements.
     pub metrics: crate::metrics::Metrics,
+    /// Prometheus metrics and live gauges (lag, in-flight batches, assigned partitions).
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// A copy of [`Stats`] at one instant.
