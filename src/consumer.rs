@@ -51,6 +51,21 @@ pub struct KafkaSettings {
 }
 
 impl KafkaSettings {
+    /// Settings for `group` consuming `topic` from `brokers`, with no overrides.
+    pub fn new(
+        brokers: impl Into<String>,
+        topic: impl Into<String>,
+        group: impl Into<String>,
+    ) -> Self {
+        Self {
+            brokers: brokers.into(),
+            topic: topic.into(),
+            group: group.into(),
+            partition_eof: false,
+            overrides: Vec::new(),
+        }
+    }
+
     /// The librdkafka configuration: the processor's defaults, then the overrides.
     pub fn client_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();

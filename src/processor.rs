@@ -35,6 +35,36 @@ pub struct ProcessorConfig {
     pub revoke_timeout: Duration,
 }
 
+impl ProcessorConfig {
+    /// The defaults of the command line for `kafka`: batched, 1000 records or 4 MiB per batch,
+    /// 20 ms linger, header `id`, run until shut down.
+    pub fn new(kafka: KafkaSettings) -> Self {
+        Self {
+            kafka,
+            worker: WorkerSettings {
+                mode: crate::Mode::Batched,
+                batcher: crate::batcher::BatcherSettings {
+                    max_items: std::num::NonZeroUsize::new(1000).expect("1000 is not zero"),
+                    max_bytes: std::num::NonZeroUsize::new(4 << 20).expect("4 MiB is not zero"),
+                    linger: Duration::from_millis(20),
+                },
+                retry: crate::worker::RetryPolicy::default(),
+            },
+            id_header: "id".to_owned(),
+            exit_on_eof: false,
+            exit_after_records: None,
+            revoke_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Returns once every assigned partition is drained and committed (`--exit-on-eof`).
+    pub fn until_drained(mut self) -> Self {
+        self.exit_on_eof = true;
+        self.kafka.partition_eof = true;
+        self
+    }
+}
+
 /// Consumes `config.kafka.topic` and applies it with `handler` until `shutdown` resolves (or,
 /// with `exit_on_eof`, the topic is drained). Returns the totals.
 pub async fn run<H: Handler>(
