@@ -97,7 +97,9 @@ impl Summary {
     }
 }
 
-/// Logs a [`Summary`] every `every` until `stop` is cancelled; does nothing when `every` is 0.
+/// Logs a [`Summary`] every `every` until `stop` is cancelled, then one last line for the time
+/// since the previous one (so the lines add up to the run's totals); does nothing when `every`
+/// is 0.
 pub async fn summary_loop(stats: Arc<Stats>, every: Duration, stop: CancellationToken) {
     if every.is_zero() {
         return;
@@ -106,27 +108,36 @@ pub async fn summary_loop(stats: Arc<Stats>, every: Duration, stop: Cancellation
     ticks.tick().await;
     let mut before = (stats.snapshot(), Instant::now());
     loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
+        let last = tokio::select! {
+            _ = stop.cancelled() => true,
+            _ = ticks.tick() => false,
+        };
         let now = (stats.snapshot(), Instant::now());
-        let s = Summary::between(&before.0, &now.0, now.1 - before.1);
-        let (lag, partitions) = stats.telemetry.total_lag();
-        tracing::info!(
-            target: "batch_inbox::summary",
-            msgs_per_s = s.msgs_per_s.round() as u64,
-            records = s.records,
-            new = s.new,
-            duplicates = s.duplicates,
-            dup_ratio = format_args!("{:.3}", s.dup_ratio),
-            dead_letters = s.dead_letters,
-            lag,
-            lag_partitions = partitions,
-            "summary"
+        log_summary(
+            &Summary::between(&before.0, &now.0, now.1 - before.1),
+            &stats,
         );
+        if last {
+            return;
+        }
         before = now;
     }
+}
+
+fn log_summary(s: &Summary, stats: &Stats) {
+    let (lag, partitions) = stats.telemetry.total_lag();
+    tracing::info!(
+        target: "batch_inbox::summary",
+        msgs_per_s = s.msgs_per_s.round() as u64,
+        records = s.records,
+        new = s.new,
+        duplicates = s.duplicates,
+        dup_ratio = (s.dup_ratio * 1000.0).round() / 1000.0,
+        dead_letters = s.dead_letters,
+        lag,
+        lag_partitions = partitions,
+        "summary"
+    );
 }
 
 #[cfg(test)]

@@ -67,22 +67,25 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let stats = Arc::new(Stats::default());
     let stop = CancellationToken::new();
-    let _stop_ops = stop.clone().drop_guard();
+    let stop_ops = stop.clone().drop_guard();
     if let Some(addr) = args.ops.metrics_addr {
         let url = &args.db.database_url;
         batch_inbox::exporter::start(addr, url, pool.clone(), stats.clone(), stop.clone()).await?;
     }
     let summary = batch_inbox::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
-    tokio::spawn(summary);
+    let summary = tokio::spawn(summary);
     let started = std::time::Instant::now();
-    batch_inbox::processor::run_with_stats(
+    let result = batch_inbox::processor::run_with_stats(
         args.processor(),
         pool.clone(),
         Arc::new(Ledger),
         stats.clone(),
         shutdown_signal(),
     )
-    .await?;
+    .await;
+    drop(stop_ops); // the last summary line covers the run's end
+    let _ = summary.await;
+    result?;
     let s = stats.snapshot();
     let secs = started.elapsed().as_secs_f64();
     println!(

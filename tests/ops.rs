@@ -181,3 +181,60 @@ async fn metrics_are_served_during_a_run_and_agree_with_the_database() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_logs_json_lines_whose_summaries_add_up_to_the_run() {
+    let (url, _pool) = fresh_db("binary_logs").await;
+    let kafka = Kafka::new("ops-binary", PARTITIONS);
+    send_input(&kafka).await;
+    let brokers = kafka.brokers.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_batch-inbox"))
+            .args(["--log-format", "json", "run", "--database-url", &url])
+            .args(["--brokers", &brokers, "--topic", "ops-binary"])
+            .args([
+                "--group",
+                "ops-binary",
+                "--batch-size",
+                "10",
+                "--exit-on-eof",
+            ])
+            .args(["--log-interval", "100ms", "--metrics-addr", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .env_remove("BATCH_INBOX_CONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let (summaries, others): (Vec<_>, Vec<_>) = lines
+        .iter()
+        .partition(|l| l["target"] == "batch_inbox::summary");
+    let total = |field: &str| -> u64 { summaries.iter().map(|l| l[field].as_u64().unwrap()).sum() };
+    assert_eq!(
+        [
+            total("records"),
+            total("new"),
+            total("duplicates"),
+            total("dead_letters")
+        ],
+        [50, 42, 5, 5],
+        "{stderr}"
+    );
+    assert!(summaries
+        .iter()
+        .all(|l| l["level"] == "INFO" && l["lag"].is_i64()));
+    assert!(
+        others.iter().any(|l| l["message"].as_str().is_some_and(
+            |m| m.starts_with("serving /metrics, /healthz and /readyz on http://127.0.0.1:")
+        )),
+        "{stderr}"
+    );
+    assert!(others.len() < 20, "no line per message: {stderr}");
+}
