@@ -299,8 +299,52 @@ fn describe(
         let name = arg
             .get_long()
             .map_or_else(|| arg.get_short().unwrap_or('?').to_string(), str::to_owned);
-        let values: Vec<String> = raw.map(|v| v.to_string_lossy().into_owned()).collect();
+        let values: Vec<String> = raw.map(|v| redact(&v.to_string_lossy())).collect();
         out.push((name, values.join(" "), source));
     }
     out
+}
+
+/// Hides secrets in a setting's text: the password of a URL (`user:***@host`) and the value of
+/// a `KEY=VALUE` property whose key names a password or a secret.
+pub fn redact(value: &str) -> String {
+    if let Some((key, _)) = value.split_once('=') {
+        let k = key.to_ascii_lowercase();
+        if !value.contains("://") && (k.contains("password") || k.contains("secret")) {
+            return format!("{key}=***");
+        }
+    }
+    let Some((scheme, rest)) = value.split_once("://") else {
+        return value.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
+        Some((user_info, _)) if user_info.contains(':') => {
+            let user = user_info.split(':').next().unwrap_or_default();
+            let host_and_path = &rest[user_info.len()..];
+            format!("{scheme}://{user}:***{host_and_path}")
+        }
+        _ => value.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn secrets_are_not_printed() {
+        assert_eq!(
+            redact("postgres://app:s3cr%40t@db:5432/x?sslmode=require"),
+            "postgres://app:***@db:5432/x?sslmode=require"
+        );
+        assert_eq!(redact("postgres://app@db/x"), "postgres://app@db/x");
+        assert_eq!(redact("sasl.password=hunter2"), "sasl.password=***");
+        assert_eq!(
+            redact("sasl.oauthbearer.client.secret=x"),
+            "sasl.oauthbearer.client.secret=***"
+        );
+        assert_eq!(redact("fetch.min.bytes=1"), "fetch.min.bytes=1");
+        assert_eq!(redact("127.0.0.1:9092"), "127.0.0.1:9092");
+    }
 }

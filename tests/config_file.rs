@@ -18,6 +18,7 @@ messages = 12   # a flag of `produce`: ignored by `run`
 [librdkafka]
 "fetch.min.bytes" = 1
 "client.id" = "file"
+"sasl.password" = "hunter2"
 "#;
 
 fn write(name: &str, text: &str) -> PathBuf {
@@ -172,10 +173,41 @@ fn the_binary_combines_file_env_and_flags() {
             "{line} missing from:\n{out}"
         );
     }
+    assert!(
+        out.contains("sasl.password=***") && !out.contains("hunter2"),
+        "secrets are not printed: {out}"
+    );
 
     let bad = write("binary-bad", "batch-sise = 3\n");
     let (code, _, err) = binary(&["run", "--config", bad.to_str().unwrap()], &[]);
     assert_eq!(code, 2);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("error: config file ") && err.contains("unknown key `batch-sise`"));
+}
+
+#[test]
+fn sasl_ssl_settings_are_accepted_by_the_client() {
+    let loaded = load([
+        "batch-inbox",
+        "run",
+        "--brokers",
+        "127.0.0.1:1",
+        "-X",
+        "security.protocol=SASL_SSL",
+        "-X",
+        "sasl.mechanisms=SCRAM-SHA-512",
+        "-X",
+        "sasl.username=ledger-app",
+        "-X",
+        "sasl.password=secret",
+    ])
+    .unwrap();
+    let Sub::Run(run) = &loaded.cli.command else {
+        panic!("not run")
+    };
+    let config = run.processor().kafka.client_config();
+    // Creating the client validates every property (no broker is contacted yet): this fails
+    // when the client library was built without OpenSSL.
+    let consumer: Result<rdkafka::consumer::BaseConsumer, _> = config.create();
+    assert!(consumer.is_ok(), "{:?}", consumer.err());
 }
