@@ -65,27 +65,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(_) => measure::statement_count(&pool).await,
         None => None,
     };
-    let stats = Arc::new(Stats::default());
-    let stop = CancellationToken::new();
-    let stop_ops = stop.clone().drop_guard();
-    if let Some(addr) = args.ops.metrics_addr {
-        let url = &args.db.database_url;
-        batch_inbox::exporter::start(addr, url, pool.clone(), stats.clone(), stop.clone()).await?;
-    }
-    let summary = batch_inbox::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
-    let summary = tokio::spawn(summary);
     let started = std::time::Instant::now();
-    let result = batch_inbox::processor::run_with_stats(
-        args.processor(),
-        pool.clone(),
-        Arc::new(Ledger),
-        stats.clone(),
-        shutdown_signal(),
-    )
-    .await;
-    drop(stop_ops); // the last summary line covers the run's end
-    let _ = summary.await;
-    result?;
+    let stats = process(&args, &pool).await?;
     let s = stats.snapshot();
     let secs = started.elapsed().as_secs_f64();
     println!(
@@ -125,6 +106,31 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => Ok(()),
         Some(diffs) => anyhow::bail!("database differs from the expected outcome: {diffs}"),
     }
+}
+
+/// Runs the ledger processor, with the operations listener and the summary lines beside it.
+async fn process(args: &RunArgs, pool: &deadpool_postgres::Pool) -> anyhow::Result<Arc<Stats>> {
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let stop_ops = stop.clone().drop_guard();
+    if let Some(addr) = args.ops.metrics_addr {
+        let url = &args.db.database_url;
+        batch_inbox::exporter::start(addr, url, pool.clone(), stats.clone(), stop.clone()).await?;
+    }
+    let summary = batch_inbox::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
+    let summary = tokio::spawn(summary);
+    let result = batch_inbox::processor::run_with_stats(
+        args.processor(),
+        pool.clone(),
+        Arc::new(Ledger),
+        stats.clone(),
+        shutdown_signal(),
+    )
+    .await;
+    drop(stop_ops); // the last summary line covers the run's end
+    let _ = summary.await;
+    result?;
+    Ok(stats)
 }
 
 /// `run --print-config`: every setting as a TOML line, with where it came from.
