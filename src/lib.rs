@@ -24,6 +24,7 @@ pub mod config;
 pub mod config_file;
 pub mod consumer;
 pub mod db;
+pub mod db_tls;
 pub mod dead_letter;
 pub mod demo;
 pub mod error;
