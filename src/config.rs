@@ -12,6 +12,7 @@ use crate::batcher::BatcherSettings;
 use crate::consumer::KafkaSettings;
 use crate::generate::{GeneratorSettings, KeyDistribution};
 use crate::inbox::Mode;
+use crate::logging::LogFormat;
 use crate::processor::ProcessorConfig;
 use crate::worker::{RetryPolicy, WorkerSettings};
 
@@ -22,6 +23,19 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// TOML file of settings, keyed by long flag name (`[librdkafka]` table for -X); flags and
+    /// environment variables take precedence over it.
+    #[arg(long, global = true, env = "BATCH_INBOX_CONFIG", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Log lines as human-readable text or as one JSON object per line.
+    #[arg(
+        long,
+        global = true,
+        env = "BATCH_INBOX_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text
+    )]
+    pub log_format: LogFormat,
 }
 
 /// Subcommands.
@@ -175,6 +189,30 @@ pub struct RunArgs {
     /// applied twice. Exists to show that fault checks can fail.
     #[arg(long, hide = true, env = "BATCH_INBOX_UNSAFE_NO_INBOX")]
     pub unsafe_no_inbox: bool,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub ops: OpsArgs,
+}
+
+/// Operations flags of `run`: metrics and health endpoints, summary log lines.
+#[derive(Debug, Clone, Args)]
+pub struct OpsArgs {
+    /// Serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464
+    /// (off when absent).
+    #[arg(long, env = "BATCH_INBOX_METRICS_ADDR", value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Log a summary line (msgs/s, new, duplicate ratio, dead letters, lag) this often: 10s,
+    /// 500ms, 1m; 0 turns it off.
+    #[arg(
+        long,
+        env = "BATCH_INBOX_LOG_INTERVAL",
+        default_value = "10s",
+        value_parser = crate::logging::parse_interval
+    )]
+    pub log_interval: Duration,
+    /// Print every setting with its value and source (flag, env, file, default), then exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 /// Input shape of `produce` and `demo`.

@@ -56,6 +56,21 @@ pub struct KafkaSettings {
 }
 
 impl KafkaSettings {
+    /// Settings for `group` consuming `topic` from `brokers`, with no overrides.
+    pub fn new(
+        brokers: impl Into<String>,
+        topic: impl Into<String>,
+        group: impl Into<String>,
+    ) -> Self {
+        Self {
+            brokers: brokers.into(),
+            topic: topic.into(),
+            group: group.into(),
+            partition_eof: false,
+            overrides: Vec::new(),
+        }
+    }
+
     /// The librdkafka configuration: the processor's defaults, then the overrides.
     pub fn client_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
@@ -78,6 +93,8 @@ impl KafkaSettings {
             // compatible brokers always wait the full time).
             .set("fetch.wait.max.ms", "10")
             .set("max.partition.fetch.bytes", "262144")
+            // Per-partition consumer lag for the metrics and the summary log line.
+            .set("statistics.interval.ms", "5000")
             .set(
                 "enable.partition.eof",
                 if self.partition_eof { "true" } else { "false" },
@@ -107,18 +124,28 @@ pub struct WorkerHandle {
     pub join: JoinHandle<()>,
 }
 
+/// Receives librdkafka's statistics (every `statistics.interval.ms`).
+pub type StatisticsSink = Box<dyn Fn(&rdkafka::Statistics) + Send + Sync>;
+
 /// Consumer context: splits partition queues on assign, stops workers on revoke.
 #[derive(Default)]
 pub struct GroupContext {
     consumer: OnceLock<Weak<KafkaConsumer>>,
     spawner: OnceLock<Spawner>,
     on_assign: OnceLock<AssignHook>,
+    statistics: OnceLock<StatisticsSink>,
     workers: Mutex<HashMap<(Arc<str>, i32), WorkerHandle>>,
     /// How long a revoke waits for a partition's in-flight batch.
     pub revoke_timeout: Duration,
 }
 
 impl ClientContext for GroupContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        if let Some(sink) = self.statistics.get() {
+            sink(&statistics);
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         match error {
             // End of partition is an event the partition workers handle, not a failure.
@@ -371,6 +398,11 @@ impl GroupMember {
         }
         consumer.subscribe(&[&settings.topic])?;
         Ok(Self { consumer })
+    }
+
+    /// Sends librdkafka's statistics to `sink` from now on (set once).
+    pub fn on_statistics(&self, sink: StatisticsSink) {
+        let _ = self.consumer.context().statistics.set(sink);
     }
 
     /// An offset sink for workers of this member.

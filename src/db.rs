@@ -7,8 +7,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::NoTls;
+use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 
 use crate::error::DbError;
 
@@ -60,13 +59,12 @@ pub async fn connect(url: &str, size: usize) -> Result<Pool, DbError> {
     if config.get_application_name().is_none() {
         config.application_name("batch-inbox");
     }
-    let manager = Manager::from_config(
+    let manager = crate::db_tls::manager(
         config,
-        NoTls,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
-    );
+    )?;
     let pool = Pool::builder(manager)
         .max_size(size)
         .runtime(Runtime::Tokio1)

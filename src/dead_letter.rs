@@ -31,6 +31,16 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in a fixed order (the index of [`ReasonCounts`]).
+    pub const ALL: [Reason; 6] = [
+        Reason::MissingId,
+        Reason::InvalidId,
+        Reason::EmptyPayload,
+        Reason::InvalidPayload,
+        Reason::InsufficientFunds,
+        Reason::AmountOverflow,
+    ];
+
     /// The stable text stored in the database.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -48,6 +58,26 @@ impl Reason {
 impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Dead letters of one transaction, counted by reason (indexed like [`Reason::ALL`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReasonCounts(pub [u64; Reason::ALL.len()]);
+
+impl ReasonCounts {
+    /// Counts `letters` by reason.
+    pub fn of(letters: &[DeadLetter]) -> Self {
+        let mut counts = Self::default();
+        for letter in letters {
+            counts.0[letter.reason as usize] += 1;
+        }
+        counts
+    }
+
+    /// Each reason with its count.
+    pub fn iter(&self) -> impl Iterator<Item = (Reason, u64)> + '_ {
+        Reason::ALL.into_iter().zip(self.0)
     }
 }
 

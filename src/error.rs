@@ -115,6 +115,9 @@ pub enum DbError {
     /// The pool could not be built.
     #[error("cannot build the connection pool: {0}")]
     Build(String),
+    /// TLS to the database could not be set up (`sslmode=require`, `PGSSLROOTCERT`).
+    #[error("cannot set up TLS to the database: {0}")]
+    Tls(String),
     /// A connection could not be had.
     #[error("cannot connect to the database: {0}")]
     Pool(#[from] PoolError),

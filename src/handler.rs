@@ -25,6 +25,17 @@ pub struct Rejection {
     pub detail: String,
 }
 
+impl Rejection {
+    /// Refuses message `index` of the handler's slice for `reason`.
+    pub fn new(index: usize, reason: Reason, detail: impl Into<String>) -> Self {
+        Self {
+            index,
+            reason,
+            detail: detail.into(),
+        }
+    }
+}
+
 /// The business logic applied to new messages, inside the inbox transaction.
 pub trait Handler: Send + Sync + 'static {
     /// The decoded message value.

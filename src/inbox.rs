@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Client, Pool};
 use uuid::Uuid;
 
-use crate::dead_letter::{self, DeadLetter};
+use crate::dead_letter::{self, DeadLetter, ReasonCounts};
 use crate::error::InboxError;
 use crate::failpoint::failpoint;
 use crate::handler::{Handler, Rejection};
@@ -64,6 +64,8 @@ pub struct TxOutcome {
     pub invalid: u64,
     /// Dead-letter rows written (fewer than rejected + invalid on redelivery).
     pub dead_letters_written: u64,
+    /// Dead-lettered records (rejected + invalid), by reason.
+    pub dead_letter_reasons: ReasonCounts,
     /// Time in each step.
     pub timings: StageTimings,
 }
@@ -249,6 +251,7 @@ pub async fn apply_batch<H: Handler>(
         poisoned: 0,
         invalid: batch.dead_letters.len() as u64,
         dead_letters_written: written,
+        dead_letter_reasons: ReasonCounts::of(&letters),
         timings,
     })
 }
@@ -320,6 +323,7 @@ pub async fn apply_one<H: Handler>(
         offset_table::store(&tx, topic, partition, t).await?;
     }
     outcome.dead_letters_written = dead_letter::insert(&tx, topic, partition, &letters).await?;
+    outcome.dead_letter_reasons = ReasonCounts::of(&letters);
     outcome.timings.dead_letters = lap(&mut clock);
     failpoint!("before_commit");
     tx.commit().await?;

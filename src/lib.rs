@@ -22,16 +22,20 @@
 
 pub mod batcher;
 pub mod config;
+pub mod config_file;
 pub mod consumer;
 pub mod db;
+pub mod db_tls;
 pub mod dead_letter;
 pub mod demo;
 pub mod error;
+pub mod exporter;
 pub mod failpoint;
 pub mod generate;
 pub mod handler;
 pub mod inbox;
 pub mod ledger;
+pub mod logging;
 pub mod measure;
 pub mod message;
 pub mod metrics;
@@ -42,6 +46,7 @@ pub mod produce;
 pub mod resume;
 pub mod stats;
 pub mod summary;
+pub mod telemetry;
 pub mod verify;
 pub mod worker;
 

@@ -3,34 +3,39 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use batch_inbox::config::{
-    Cli, Command, CopyCeilingArgs, DemoArgs, ProduceArgs, RunArgs, VerifyArgs,
-};
+use batch_inbox::config::{Command, CopyCeilingArgs, DemoArgs, ProduceArgs, RunArgs, VerifyArgs};
+use batch_inbox::config_file::{self, ConfigError, Source};
 use batch_inbox::generate::Expected;
 use batch_inbox::measure;
 use batch_inbox::metrics::{RunReport, RunSettings};
+use batch_inbox::stats::Stats;
 use batch_inbox::{db, ledger::Ledger};
-use clap::Parser;
 use clap::ValueEnum;
+use tokio_util::sync::CancellationToken;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let loaded = match config_file::load(std::env::args_os()) {
+        Ok(loaded) => loaded,
+        Err(ConfigError::Cli(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     // Failpoints (fault tests only) are configured by the FAILPOINTS environment variable.
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,rdkafka=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let result = match cli.command {
+    batch_inbox::logging::init(loaded.cli.log_format);
+    let result = match loaded.cli.command {
         Command::Migrate(args) => migrate(&args.database_url).await,
+        Command::Run(args) if args.ops.print_config => {
+            print_settings(&loaded.settings);
+            Ok(())
+        }
         Command::Run(args) => run(args).await,
         Command::Produce(args) => produce(args).await,
         Command::Demo(args) => demo(args).await,
@@ -64,13 +69,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let started = std::time::Instant::now();
-    let stats = batch_inbox::run(
-        args.processor(),
-        pool.clone(),
-        Arc::new(Ledger),
-        shutdown_signal(),
-    )
-    .await?;
+    let stats = process(&args, &pool).await?;
     let s = stats.snapshot();
     let secs = started.elapsed().as_secs_f64();
     println!(
@@ -113,6 +112,48 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     match failure {
         None => Ok(()),
         Some(diffs) => anyhow::bail!("database differs from the expected outcome: {diffs}"),
+    }
+}
+
+/// Runs the ledger processor, with the operations listener and the summary lines beside it.
+async fn process(args: &RunArgs, pool: &deadpool_postgres::Pool) -> anyhow::Result<Arc<Stats>> {
+    let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let stop_ops = stop.clone().drop_guard();
+    if let Some(addr) = args.ops.metrics_addr {
+        let url = &args.db.database_url;
+        batch_inbox::exporter::start(addr, url, pool.clone(), stats.clone(), stop.clone()).await?;
+    }
+    let summary = batch_inbox::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
+    let summary = tokio::spawn(summary);
+    let result = batch_inbox::processor::run_with_stats(
+        args.processor(),
+        pool.clone(),
+        Arc::new(Ledger),
+        stats.clone(),
+        shutdown_signal(),
+    )
+    .await;
+    drop(stop_ops); // the last summary line covers the run's end
+    let _ = summary.await;
+    result?;
+    Ok(stats)
+}
+
+/// `run --print-config`: every setting as a TOML line, with where it came from.
+fn print_settings(settings: &[(String, String, Source)]) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for (name, value, source) in settings {
+        let source = match source {
+            Source::Flag => "flag",
+            Source::Env => "env",
+            Source::File => "file",
+            Source::Default => "default",
+        };
+        if writeln!(out, "{name} = {value:?}  # {source}").is_err() {
+            return; // stdout closed (a pipe to `head`)
+        }
     }
 }
 

@@ -39,6 +39,39 @@ pub struct ProcessorConfig {
     pub offsets_in_db: bool,
 }
 
+impl ProcessorConfig {
+    /// The defaults of the command line for `kafka`: batched, 1000 records or 4 MiB per batch,
+    /// 20 ms linger, header `id`, run until shut down.
+    pub fn new(kafka: KafkaSettings) -> Self {
+        Self {
+            kafka,
+            worker: WorkerSettings {
+                mode: crate::Mode::Batched,
+                batcher: crate::batcher::BatcherSettings {
+                    max_items: std::num::NonZeroUsize::new(1000).expect("1000 is not zero"),
+                    max_bytes: std::num::NonZeroUsize::new(4 << 20).expect("4 MiB is not zero"),
+                    linger: Duration::from_millis(20),
+                },
+                retry: crate::worker::RetryPolicy::default(),
+                unsafe_offsets_before_commit: false,
+                unsafe_no_inbox: false,
+            },
+            id_header: "id".to_owned(),
+            exit_on_eof: false,
+            exit_after_records: None,
+            revoke_timeout: Duration::from_secs(30),
+            offsets_in_db: true,
+        }
+    }
+
+    /// Returns once every assigned partition is drained and committed (`--exit-on-eof`).
+    pub fn until_drained(mut self) -> Self {
+        self.exit_on_eof = true;
+        self.kafka.partition_eof = true;
+        self
+    }
+}
+
 /// Consumes `config.kafka.topic` and applies it with `handler` until `shutdown` resolves (or,
 /// with `exit_on_eof`, the topic is drained). Returns the totals.
 pub async fn run<H: Handler>(
@@ -73,6 +106,8 @@ pub async fn run_with_stats<H: Handler>(
     let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
     let spawn = |consumer| spawner(consumer, inbox, config.worker, stats.clone(), fail_tx);
     let member = GroupMember::new(&config.kafka, config.revoke_timeout, spawn, on_assign)?;
+    let observed = stats.clone();
+    member.on_statistics(Box::new(move |s| observed.telemetry.record_statistics(s)));
     let (exit_on_eof, limit) = (config.exit_on_eof, config.exit_after_records);
     let counted = stats.clone();
     let finished = move |group: &GroupContext| {
@@ -122,7 +157,9 @@ fn spawner<H: Handler>(
         );
         let failures = failures.clone();
         let token = stop.clone();
+        let assigned = stats.telemetry.partition_assigned();
         let join = tokio::spawn(async move {
+            let _assigned = assigned;
             if let Err(e) = worker.run(queue_input(topic, &queue), token).await {
                 tracing::error!(partition, "partition worker stopped: {e}");
                 let _ = failures.send(e);

@@ -34,6 +34,8 @@ pub struct Stats {
     pub offsets_refused: AtomicU64,
     /// Latency and batch-size measurements.
     pub metrics: crate::metrics::Metrics,
+    /// Prometheus metrics and live gauges (lag, in-flight batches, assigned partitions).
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// A copy of [`Stats`] at one instant.

@@ -209,6 +209,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         stop: &CancellationToken,
         stopping: bool,
     ) -> Result<bool, RunError> {
+        let _in_flight = self.stats.telemetry.batch_in_flight();
         let clock = BatchClock {
             opened: batch.opened.into_std(),
             closed: Instant::now().into_std(),
@@ -288,6 +289,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             };
             failures += 1;
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            self.stats.telemetry.record_retry();
             let delay = self.settings.retry.delay(failures);
             tracing::warn!(
                 topic = %self.topic, partition = self.partition, offset = first_offset,
@@ -336,6 +338,9 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             timestamps_ms,
         };
         self.stats.metrics.record_batch(&sample, committed_at);
+        self.stats
+            .telemetry
+            .record_batch(outcome, &sample, committed_at);
     }
 
     /// Stores the position after `last_offset` when it moves forward.

@@ -1,0 +1,388 @@
+//! Live operational state of a processor, in Prometheus metrics: what was committed (counters),
+//! how long each stage took (histograms), and what is happening now (gauges: consumer lag per
+//! partition, batches in flight, assigned partitions, pool connections in use).
+//!
+//! Invariant: counters move only after the COMMIT of the transaction they count, by exactly the
+//! figures of its [`TxOutcome`], so after a run they equal the rows it wrote. Everything is
+//! recorded once per committed transaction (per batch), never per message: the end-to-end latency
+//! of a batch's records goes into its histogram under one lock.
+
+pub mod histogram;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::dead_letter::Reason;
+use crate::inbox::TxOutcome;
+use crate::metrics::{BatchSample, STAGES};
+pub use histogram::BatchHistogram;
+
+/// Labels of a per-partition series.
+type PartitionLabels = [(&'static str, String); 2];
+/// Labels with one key.
+type OneLabel = [(&'static str, &'static str); 1];
+
+/// Metric name prefix.
+pub const PREFIX: &str = "batch_inbox";
+
+/// The processor's metrics. Cloning a metric shares it, so [`Telemetry::registry`] can be built
+/// at any time from the same values the workers update.
+#[derive(Debug)]
+pub struct Telemetry {
+    consumed: Counter,
+    new: Counter,
+    duplicates: Counter,
+    dead_letters: Family<OneLabel, Counter>,
+    by_reason: Vec<Counter>,
+    batches: Counter,
+    retries: Counter,
+    batch_size: BatchHistogram,
+    stages: Family<OneLabel, BatchHistogram, fn() -> BatchHistogram>,
+    by_stage: Vec<BatchHistogram>,
+    end_to_end: BatchHistogram,
+    lag: Family<PartitionLabels, Gauge>,
+    lags: Mutex<BTreeMap<(String, i32), i64>>,
+    in_flight: Gauge,
+    assigned: Gauge,
+    pool_in_use: Gauge,
+    pool_max: Gauge,
+}
+
+/// Seconds, from 0.5 ms to about 65 s.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 18)
+}
+
+fn latency_histogram() -> BatchHistogram {
+    BatchHistogram::new(latency_buckets())
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        let dead_letters = Family::<OneLabel, Counter>::default();
+        let by_reason = Reason::ALL
+            .iter()
+            .map(|r| {
+                dead_letters
+                    .get_or_create(&[("reason", r.as_str())])
+                    .clone()
+            })
+            .collect();
+        let stages: Family<OneLabel, BatchHistogram, fn() -> BatchHistogram> =
+            Family::new_with_constructor(latency_histogram);
+        let by_stage = STAGES
+            .iter()
+            .map(|s| stages.get_or_create(&[("stage", *s)]).clone())
+            .collect();
+        Self {
+            consumed: Counter::default(),
+            new: Counter::default(),
+            duplicates: Counter::default(),
+            dead_letters,
+            by_reason,
+            batches: Counter::default(),
+            retries: Counter::default(),
+            batch_size: BatchHistogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 14),
+            ),
+            stages,
+            by_stage,
+            end_to_end: BatchHistogram::new(latency_buckets()),
+            lag: Family::default(),
+            lags: Mutex::new(BTreeMap::new()),
+            in_flight: Gauge::default(),
+            assigned: Gauge::default(),
+            pool_in_use: Gauge::default(),
+            pool_max: Gauge::default(),
+        }
+    }
+}
+
+/// Decrements a gauge when dropped.
+#[derive(Debug)]
+pub struct GaugeGuard(Gauge);
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Telemetry {
+    /// Counts one committed transaction: its outcome, its stage timings and batch size, and the
+    /// end-to-end latency of its records (Kafka timestamp to `committed_at`).
+    pub fn record_batch(
+        &self,
+        outcome: &TxOutcome,
+        sample: &BatchSample<'_>,
+        committed_at: SystemTime,
+    ) {
+        self.consumed.inc_by(outcome.received);
+        self.new.inc_by(outcome.new);
+        self.duplicates.inc_by(outcome.duplicates);
+        for ((_, n), counter) in outcome.dead_letter_reasons.iter().zip(&self.by_reason) {
+            if n > 0 {
+                counter.inc_by(n);
+            }
+        }
+        self.batches.inc();
+        self.batch_size.observe(outcome.received as f64);
+        let t = sample.timings;
+        let wait = sample.closed.saturating_duration_since(sample.opened);
+        let stages = [
+            wait,
+            t.dedup,
+            t.handler,
+            t.dead_letters,
+            t.commit,
+            sample.offset_store,
+        ];
+        for (d, h) in stages.into_iter().zip(&self.by_stage) {
+            h.observe(d.as_secs_f64());
+        }
+        let now_ms = committed_at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let latencies = sample.timestamps_ms.iter().flatten();
+        self.end_to_end
+            .observe_many(latencies.map(|ts| (now_ms - ts).max(0) as f64 / 1000.0));
+    }
+
+    /// Counts one failed attempt that will be retried.
+    pub fn record_retry(&self) {
+        self.retries.inc();
+    }
+
+    /// Marks a batch as in flight until the guard is dropped.
+    pub fn batch_in_flight(&self) -> GaugeGuard {
+        self.in_flight.inc();
+        GaugeGuard(self.in_flight.clone())
+    }
+
+    /// Marks a partition as assigned (its worker running) until the guard is dropped.
+    pub fn partition_assigned(&self) -> GaugeGuard {
+        self.assigned.inc();
+        GaugeGuard(self.assigned.clone())
+    }
+
+    /// Partitions whose workers are running.
+    pub fn assigned_partitions(&self) -> i64 {
+        self.assigned.get()
+    }
+
+    /// Sets the pool gauges (read when scraped).
+    pub fn set_pool(&self, in_use: usize, max: usize) {
+        self.pool_in_use.set(in_use as i64);
+        self.pool_max.set(max as i64);
+    }
+
+    /// Replaces the consumer lag of every partition with `lags` ((topic, partition) → records
+    /// not yet committed to the database). Partitions absent from `lags` lose their series.
+    pub fn set_lags(&self, lags: BTreeMap<(String, i32), i64>) {
+        let mut current = self.lags.lock().unwrap_or_else(|p| p.into_inner());
+        for (topic, partition) in current.keys() {
+            if !lags.contains_key(&(topic.clone(), *partition)) {
+                self.lag.remove(&labels(topic, *partition));
+            }
+        }
+        for ((topic, partition), lag) in &lags {
+            self.lag.get_or_create(&labels(topic, *partition)).set(*lag);
+        }
+        *current = lags;
+    }
+
+    /// Consumer lag from librdkafka's statistics: per assigned partition, the records after
+    /// the stored offset (what is committed in the database), or after the committed offset
+    /// when nothing was stored yet.
+    pub fn record_statistics(&self, stats: &rdkafka::Statistics) {
+        let mut lags = BTreeMap::new();
+        for (name, topic) in &stats.topics {
+            for p in topic.partitions.values() {
+                let lag = if p.consumer_lag_stored >= 0 {
+                    p.consumer_lag_stored
+                } else {
+                    p.consumer_lag
+                };
+                if p.partition >= 0 && p.desired && lag >= 0 {
+                    lags.insert((name.clone(), p.partition), lag);
+                }
+            }
+        }
+        self.set_lags(lags);
+    }
+
+    /// Total consumer lag over the partitions with a known lag, and how many those are.
+    pub fn total_lag(&self) -> (i64, usize) {
+        let lags = self.lags.lock().unwrap_or_else(|p| p.into_inner());
+        (lags.values().sum(), lags.len())
+    }
+
+    /// A registry holding every metric, named with the `batch_inbox_` prefix.
+    pub fn registry(&self) -> Registry {
+        let mut r = Registry::with_prefix(PREFIX);
+        r.register(
+            "messages_consumed",
+            "Records in committed transactions: applied, skipped as duplicates, or dead-lettered",
+            self.consumed.clone(),
+        );
+        r.register(
+            "messages_new",
+            "Records whose id was new to the inbox (handed to the handler)",
+            self.new.clone(),
+        );
+        r.register(
+            "duplicates_skipped",
+            "Records skipped because their id was already in the inbox or earlier in the batch",
+            self.duplicates.clone(),
+        );
+        r.register(
+            "dead_letters",
+            "Records dead-lettered, by reason (bad input or refused by the handler)",
+            self.dead_letters.clone(),
+        );
+        r.register(
+            "batches_committed",
+            "Committed transactions: one per batch (one per record in per-message mode)",
+            self.batches.clone(),
+        );
+        r.register(
+            "retries",
+            "Transaction attempts that failed transiently and were retried",
+            self.retries.clone(),
+        );
+        self.register_histograms(&mut r);
+        self.register_gauges(&mut r);
+        r
+    }
+
+    fn register_histograms(&self, r: &mut Registry) {
+        r.register(
+            "batch_messages",
+            "Records per committed transaction",
+            self.batch_size.clone(),
+        );
+        r.register_with_unit(
+            "stage_duration",
+            "Time per batch in each stage: batch_wait (first record to close), dedup, handler, \
+             dead_letters, commit, offset_store",
+            Unit::Seconds,
+            self.stages.clone(),
+        );
+        r.register_with_unit(
+            "end_to_end_latency",
+            "Per record: Kafka timestamp to the COMMIT of its transaction",
+            Unit::Seconds,
+            self.end_to_end.clone(),
+        );
+    }
+
+    fn register_gauges(&self, r: &mut Registry) {
+        r.register_with_unit(
+            "consumer_lag",
+            "Records of an assigned partition after the last offset committed to the database \
+             (librdkafka statistics)",
+            Unit::Other("messages".to_owned()),
+            self.lag.clone(),
+        );
+        r.register(
+            "batches_in_flight",
+            "Transactions running now",
+            self.in_flight.clone(),
+        );
+        r.register(
+            "assigned_partitions",
+            "Partitions assigned to this group member (one worker each)",
+            self.assigned.clone(),
+        );
+        r.register(
+            "pool_connections_in_use",
+            "Database connections checked out of the pool",
+            self.pool_in_use.clone(),
+        );
+        r.register(
+            "pool_connections_max",
+            "Largest number of database connections of the pool",
+            self.pool_max.clone(),
+        );
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry());
+        text
+    }
+}
+
+fn labels(topic: &str, partition: i32) -> PartitionLabels {
+    [
+        ("topic", topic.to_owned()),
+        ("partition", partition.to_string()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dead_letter::ReasonCounts;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_committed_batch_moves_each_counter_by_its_outcome() {
+        let t = Telemetry::default();
+        let mut reasons = ReasonCounts::default();
+        reasons.0[Reason::InsufficientFunds as usize] = 2;
+        let outcome = TxOutcome {
+            received: 10,
+            new: 7,
+            duplicates: 2,
+            dead_letter_reasons: reasons,
+            ..TxOutcome::default()
+        };
+        let opened = Instant::now();
+        let sample = BatchSample {
+            opened,
+            closed: opened + Duration::from_millis(3),
+            timings: Default::default(),
+            offset_store: Duration::ZERO,
+            timestamps_ms: &[Some(1_000), Some(1_500), None],
+        };
+        t.record_batch(&outcome, &sample, UNIX_EPOCH + Duration::from_secs(2));
+        t.set_lags(BTreeMap::from([(("t".to_owned(), 3), 42)]));
+        t.set_lags(BTreeMap::from([(("t".to_owned(), 4), 5)]));
+        let text = t.encode();
+        for line in [
+            "batch_inbox_messages_consumed_total 10",
+            "batch_inbox_messages_new_total 7",
+            "batch_inbox_duplicates_skipped_total 2",
+            "batch_inbox_dead_letters_total{reason=\"insufficient_funds\"} 2",
+            "batch_inbox_dead_letters_total{reason=\"missing_id\"} 0",
+            "batch_inbox_batches_committed_total 1",
+            "batch_inbox_end_to_end_latency_seconds_count 2",
+            "batch_inbox_end_to_end_latency_seconds_sum 1.5",
+            "batch_inbox_stage_duration_seconds_count{stage=\"batch_wait\"} 1",
+            "batch_inbox_consumer_lag_messages{topic=\"t\",partition=\"4\"} 5",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(
+            !text.contains("partition=\"3\""),
+            "a revoked partition keeps no lag series"
+        );
+        assert_eq!(t.total_lag(), (5, 1));
+    }
+
+    #[test]
+    fn reasons_are_listed_in_declaration_order() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r}");
+        }
+    }
+}
