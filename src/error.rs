@@ -75,6 +75,26 @@ impl InboxError {
     }
 }
 
+impl InboxError {
+    /// Whether the connection the transaction ran on may be unusable: closed, a connection
+    /// exception (class 08), the server ending the session (class 57: admin shutdown, crash), or an
+    /// I/O failure.
+    pub fn breaks_connection(&self) -> bool {
+        let db = match self {
+            InboxError::Db(e) | InboxError::Handler(HandlerError::Db(e)) => e,
+            InboxError::Pool(_) | InboxError::Handler(HandlerError::Other(_)) => return false,
+        };
+        if db.is_closed() {
+            return true;
+        }
+        match db.code() {
+            Some(code) => matches!(&code.code()[..2], "08" | "57"),
+            None => std::error::Error::source(db)
+                .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()),
+        }
+    }
+}
+
 /// Failure of the processor as a whole.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {

@@ -169,11 +169,13 @@ impl<H: Handler> Inbox<H> {
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
         let (handler, target) = (self.handler.as_ref(), self.target(batch));
-        if self.unsafe_no_inbox {
-            return apply_without_inbox(&mut client, handler, (topic, partition), batch, target)
-                .await;
-        }
-        apply_batch(&mut client, handler, (topic, partition), batch, target).await
+        let result = if self.unsafe_no_inbox {
+            apply_without_inbox(&mut client, handler, (topic, partition), batch, target).await
+        } else {
+            apply_batch(&mut client, handler, (topic, partition), batch, target).await
+        };
+        discard_if_broken(client, &result);
+        result
     }
 
     /// Applies one record in its own transaction (the per-message baseline).
@@ -185,11 +187,13 @@ impl<H: Handler> Inbox<H> {
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
         let (handler, target) = (self.handler.as_ref(), self.target(record));
-        if self.unsafe_no_inbox {
-            return apply_without_inbox(&mut client, handler, (topic, partition), record, target)
-                .await;
-        }
-        apply_one(&mut client, handler, (topic, partition), record, target).await
+        let result = if self.unsafe_no_inbox {
+            apply_without_inbox(&mut client, handler, (topic, partition), record, target).await
+        } else {
+            apply_one(&mut client, handler, (topic, partition), record, target).await
+        };
+        discard_if_broken(client, &result);
+        result
     }
 
     /// Records the messages of `part` as poison, without calling the handler: their ids go to
@@ -205,7 +209,21 @@ impl<H: Handler> Inbox<H> {
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
         let target = self.target(part);
-        variants::dead_letter_poison(&mut client, (topic, partition), part, error, target).await
+        let result =
+            variants::dead_letter_poison(&mut client, (topic, partition), part, error, target)
+                .await;
+        discard_if_broken(client, &result);
+        result
+    }
+}
+
+/// Takes a connection whose transaction failed in a way that may have broken it (closed, or
+/// the server ended the session) out of the pool. The server's error can arrive before the
+/// client sees the socket close, so the pool's own check could hand the same dead connection
+/// to the retry.
+fn discard_if_broken<T>(client: Client, result: &Result<T, InboxError>) {
+    if result.as_ref().is_err_and(InboxError::breaks_connection) {
+        drop(deadpool_postgres::Object::take(client));
     }
 }
 
