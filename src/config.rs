@@ -13,6 +13,7 @@ use crate::consumer::KafkaSettings;
 use crate::generate::{GeneratorSettings, KeyDistribution};
 use crate::inbox::Mode;
 use crate::processor::ProcessorConfig;
+use crate::retention::{parse_retention, CleanupArgs};
 use crate::worker::{RetryPolicy, WorkerSettings};
 
 /// Apply a Kafka topic to PostgreSQL exactly once, with a micro-batched transactional inbox.
@@ -28,7 +29,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create or upgrade the tables (idempotent, versioned).
-    Migrate(DbArgs),
+    Migrate(MigrateArgs),
+    /// Remove inbox rows older than the retention, in small batches, and report what was removed.
+    Cleanup(CleanupCommandArgs),
     /// Consume a topic and apply it to the database.
     Run(RunArgs),
     /// Write generated ledger records (with duplicates, bad input, overdrafts) to a topic.
@@ -66,6 +69,35 @@ pub struct CopyCeilingArgs {
     /// Write the measurement as a run report (JSON) to this file.
     #[arg(long)]
     pub report: Option<std::path::PathBuf>,
+}
+
+/// `migrate` flags.
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub db: DbArgs,
+    /// Lay the inbox out in daily partitions by UUIDv7 time (converts a plain inbox in place,
+    /// keeping every row; stop the processors first).
+    #[arg(long)]
+    pub partitioned: bool,
+    /// Daily partitions created ahead of today (with --partitioned).
+    #[arg(long, default_value_t = 3)]
+    pub partitions_ahead: u32,
+}
+
+/// `cleanup` flags.
+#[derive(Debug, Clone, Args)]
+pub struct CleanupCommandArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub db: DbArgs,
+    /// Remove inbox rows older than this (`7d`, `36h`, `90m`, `600s`).
+    #[arg(long, value_parser = parse_retention)]
+    pub retention: Duration,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub cleanup: CleanupArgs,
 }
 
 /// `verify` flags.
@@ -162,6 +194,20 @@ pub struct RunArgs {
     /// --expect`); exit 1 when they differ.
     #[arg(long, value_name = "FILE")]
     pub expect: Option<std::path::PathBuf>,
+    /// Remove inbox rows older than this in the background (`7d`, `36h`; off by default), and
+    /// dead-letter UUIDv7 ids older than it (`outside_dedup_window`).
+    #[arg(long, env = "BATCH_INBOX_RETENTION", value_parser = parse_retention)]
+    pub retention: Option<Duration>,
+    /// Dead-letter UUIDv7 ids older than this without cleaning up here (for a `cleanup` run
+    /// elsewhere); defaults to --retention.
+    #[arg(long, env = "BATCH_INBOX_DEDUP_WINDOW", value_parser = parse_retention)]
+    pub dedup_window: Option<Duration>,
+    /// Seconds between two background cleanups (with --retention) or partition preparations.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub cleanup_interval_s: u64,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub cleanup: CleanupArgs,
 }
 
 /// Input shape of `produce` and `demo`.
@@ -276,6 +322,7 @@ impl PipelineArgs {
             exit_on_eof,
             exit_after_records: None,
             revoke_timeout: Duration::from_secs(30),
+            dedup_window: None,
         }
     }
 }
@@ -292,6 +339,7 @@ impl RunArgs {
         };
         let mut config = self.pipeline.processor(kafka, self.exit_on_eof);
         config.exit_after_records = self.exit_after_records;
+        config.dedup_window = self.dedup_window.or(self.retention);
         config
     }
 }
@@ -327,6 +375,9 @@ mod tests {
             (vec!["run", "--mode", "sometimes"], "--mode"),
             (vec!["run", "-X", "novalue"], "KEY=VALUE"),
             (vec!["produce", "--duplicate-ratio", "1.5"], "from 0 to 1"),
+            (vec!["run", "--retention", "7"], "unit"),
+            (vec!["cleanup", "--retention", "0d"], "zero"),
+            (vec!["cleanup"], "--retention"),
         ] {
             let err = parse(&args).unwrap_err().to_string();
             assert!(err.contains(needle), "{args:?}: {err}");
@@ -358,6 +409,7 @@ mod tests {
         assert_eq!(p.worker.batcher.max_items.get(), 7);
         assert_eq!(p.worker.batcher.linger, Duration::from_millis(3));
         assert_eq!(p.id_header, "ce_id");
+        assert_eq!(p.dedup_window, None, "no guard without a retention");
         assert!(p.exit_on_eof && p.kafka.partition_eof);
         assert_eq!(
             p.kafka.overrides,
@@ -366,5 +418,25 @@ mod tests {
         let config = p.kafka.client_config();
         assert_eq!(config.get("enable.auto.offset.store"), Some("false"));
         assert_eq!(config.get("fetch.min.bytes"), Some("1"));
+    }
+
+    #[test]
+    fn retention_turns_on_the_dedup_window_guard() {
+        let cli = parse(&["run", "--retention", "7d", "--cleanup-batch-rows", "100"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        let week = Duration::from_secs(7 * 86_400);
+        assert_eq!(run.processor().dedup_window, Some(week));
+        let settings = run.cleanup.settings(week);
+        assert_eq!((settings.retention, settings.batch_rows), (week, 100));
+        let cli = parse(&["run", "--retention", "7d", "--dedup-window", "2d"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(
+            run.processor().dedup_window,
+            Some(Duration::from_secs(2 * 86_400))
+        );
     }
 }

@@ -40,6 +40,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "balances_fillfactor",
         sql: include_str!("../migrations/0003_balances_fillfactor.sql"),
     },
+    Migration {
+        version: 5,
+        name: "inbox_processed_at",
+        sql: include_str!("../migrations/0005_inbox_processed_at.sql"),
+    },
 ];
 
 /// Arbitrary constant identifying the migration lock among advisory locks.

@@ -25,6 +25,9 @@ pub enum Reason {
     InsufficientFunds,
     /// The ledger rejected an amount that would overflow the balance.
     AmountOverflow,
+    /// The id is a UUIDv7 older than the inbox retention: its inbox row may already be removed,
+    /// so the message cannot be proven new and is not applied.
+    OutsideDedupWindow,
 }
 
 impl Reason {
@@ -37,6 +40,7 @@ impl Reason {
             Reason::InvalidPayload => "invalid_payload",
             Reason::InsufficientFunds => "insufficient_funds",
             Reason::AmountOverflow => "amount_overflow",
+            Reason::OutsideDedupWindow => "outside_dedup_window",
         }
     }
 }

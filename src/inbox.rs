@@ -24,7 +24,9 @@ use uuid::Uuid;
 use crate::dead_letter::{self, DeadLetter};
 use crate::error::InboxError;
 use crate::handler::{Handler, Rejection};
-use crate::message::{decode_batch, dedup_in_batch, Decoded, Message, RawMessage};
+use crate::message::{
+    decode_batch, dedup_in_batch, reject_outside_window, Decoded, Message, RawMessage,
+};
 use crate::metrics::StageTimings;
 use crate::Transaction;
 
@@ -78,6 +80,7 @@ pub struct Inbox<H: Handler> {
     pool: Pool,
     handler: Arc<H>,
     id_header: Arc<str>,
+    dedup_window: Option<Duration>,
 }
 
 impl<H: Handler> Inbox<H> {
@@ -87,13 +90,27 @@ impl<H: Handler> Inbox<H> {
             pool,
             handler,
             id_header: id_header.into(),
+            dedup_window: None,
         }
+    }
+
+    /// Turns on the dedup-window guard: UUIDv7 ids older than `window` are dead-lettered
+    /// (`outside_dedup_window`) instead of applied; see [`crate::message::reject_outside_window`].
+    pub fn with_dedup_window(mut self, window: Option<Duration>) -> Self {
+        self.dedup_window = window;
+        self
     }
 
     /// Splits a batch into handler messages and dead letters. Done once per batch, before any
     /// attempt, so retries reuse it.
     pub fn decode(&self, batch: Vec<RawMessage>) -> Decoded<H::Payload> {
-        decode_batch(batch, &self.id_header)
+        let mut decoded = decode_batch(batch, &self.id_header);
+        if let Some(window) = self.dedup_window {
+            let now = std::time::SystemTime::now();
+            let oldest = crate::retention::days::before(now, window);
+            reject_outside_window(&mut decoded, crate::retention::days::unix_millis(oldest));
+        }
+        decoded
     }
 
     /// Applies one decoded batch of one partition in one transaction.

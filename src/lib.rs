@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod offsets;
 pub mod processor;
 pub mod produce;
+pub mod retention;
 pub mod stats;
 pub mod summary;
 pub mod verify;

@@ -4,12 +4,13 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use batch_inbox::config::{
-    Cli, Command, CopyCeilingArgs, DemoArgs, ProduceArgs, RunArgs, VerifyArgs,
+    CleanupCommandArgs, Cli, Command, CopyCeilingArgs, DemoArgs, MigrateArgs, ProduceArgs, RunArgs,
+    VerifyArgs,
 };
 use batch_inbox::generate::Expected;
 use batch_inbox::measure;
 use batch_inbox::metrics::{RunReport, RunSettings};
-use batch_inbox::{db, ledger::Ledger};
+use batch_inbox::{db, ledger::Ledger, retention};
 use clap::Parser;
 use clap::ValueEnum;
 
@@ -27,7 +28,8 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Migrate(args) => migrate(&args.database_url).await,
+        Command::Migrate(args) => migrate(args).await,
+        Command::Cleanup(args) => cleanup(args).await,
         Command::Run(args) => run(args).await,
         Command::Produce(args) => produce(args).await,
         Command::Demo(args) => demo(args).await,
@@ -46,11 +48,67 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn migrate(url: &str) -> anyhow::Result<()> {
-    let pool = db::connect(url, 1).await?;
+async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, 1).await?;
     let applied = db::migrate(&pool).await?;
     println!("migrations applied: {applied:?}");
+    if args.partitioned {
+        let today = retention::days::day_of_millis(retention::days::unix_millis(
+            std::time::SystemTime::now(),
+        ));
+        let mut client = pool.get().await?;
+        match retention::partition::convert(&mut client, today, args.partitions_ahead).await? {
+            Some(c) => println!(
+                "inbox partitioned by message_id: {} rows kept, {} daily partitions and a default",
+                c.rows, c.partitions
+            ),
+            None => println!("inbox already partitioned"),
+        }
+    }
     Ok(())
+}
+
+async fn cleanup(args: CleanupCommandArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, 1).await?;
+    db::check_schema(&pool).await?;
+    let settings = args.cleanup.settings(args.retention);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        on_signal.cancel();
+    });
+    let now = std::time::SystemTime::now();
+    let report = retention::cleanup(&pool, &settings, now, &stop).await?;
+    println!("{report}");
+    Ok(())
+}
+
+/// Starts the background retention task of `run` when it has work: a cleanup (`--retention`) or
+/// partitions to prepare ahead (a partitioned inbox). Warns when the topic outlives the inbox.
+async fn start_maintenance(
+    args: &RunArgs,
+    pool: &deadpool_postgres::Pool,
+) -> anyhow::Result<Option<tokio_util::sync::CancellationToken>> {
+    let expire = args.retention.is_some();
+    if let Some(window) = args.retention.or(args.dedup_window) {
+        retention::topic::warn_if_topic_outlives(&args.processor().kafka, window).await;
+    }
+    let layout = retention::partition::layout(&pool.get().await?).await?;
+    if !expire && layout == retention::Layout::Plain {
+        return Ok(None);
+    }
+    let settings = args.cleanup.settings(args.retention.unwrap_or_default());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let interval = std::time::Duration::from_secs(args.cleanup_interval_s);
+    tokio::spawn(retention::maintain(
+        pool.clone(),
+        settings,
+        expire,
+        interval,
+        stop.clone(),
+    ));
+    Ok(Some(stop))
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -60,6 +118,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(_) => measure::statement_count(&pool).await,
         None => None,
     };
+    let maintenance = start_maintenance(&args, &pool).await?;
     let started = std::time::Instant::now();
     let stats = batch_inbox::run(
         args.processor(),
@@ -67,7 +126,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Arc::new(Ledger),
         shutdown_signal(),
     )
-    .await?;
+    .await;
+    if let Some(stop) = &maintenance {
+        stop.cancel();
+    }
+    let stats = stats?;
     let s = stats.snapshot();
     let secs = started.elapsed().as_secs_f64();
     println!(

@@ -33,6 +33,8 @@ pub struct ProcessorConfig {
     pub exit_after_records: Option<u64>,
     /// How long a revoke waits for a partition's in-flight batch.
     pub revoke_timeout: Duration,
+    /// The dedup-window guard: UUIDv7 ids older than this are dead-lettered, not applied.
+    pub dedup_window: Option<Duration>,
 }
 
 /// Consumes `config.kafka.topic` and applies it with `handler` until `shutdown` resolves (or,
@@ -56,7 +58,9 @@ pub async fn run_with_stats<H: Handler>(
     stats: Arc<Stats>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
-    let inbox = Arc::new(Inbox::new(pool, handler, config.id_header.as_str()));
+    let inbox = Arc::new(
+        Inbox::new(pool, handler, config.id_header.as_str()).with_dedup_window(config.dedup_window),
+    );
     let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
     let member = GroupMember::new(&config.kafka, config.revoke_timeout, |consumer| {
         spawner(consumer, inbox, config.worker, stats.clone(), fail_tx)
