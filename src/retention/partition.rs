@@ -125,14 +125,15 @@ pub async fn convert(
     let (lo, _) = day_bounds(today - CONVERT_DAYS_BACK);
     let (_, hi) = day_bounds(last);
     let oldest: Option<uuid::Uuid> = tx
-        .query_one(
-            "SELECT min(message_id) FROM inbox_unpartitioned
+        .query_opt(
+            "SELECT message_id FROM inbox_unpartitioned
              WHERE message_id >= $1 AND message_id < $2
-               AND get_byte(uuid_send(message_id), 6) >> 4 = 7",
+               AND get_byte(uuid_send(message_id), 6) >> 4 = 7
+             ORDER BY message_id LIMIT 1",
             &[&lo, &hi],
         )
         .await?
-        .get(0);
+        .map(|r| r.get(0));
     let first = oldest
         .and_then(|id| super::days::v7_millis(&id))
         .map_or(today, |ms| day_of_millis(ms).min(today));
