@@ -79,6 +79,9 @@ pub struct CleanupReport {
     pub partitions_created: Vec<String>,
     /// Expired partitions dropped.
     pub partitions_dropped: Vec<String>,
+    /// Rows in the dropped partitions, as estimated by the planner statistics (not counted: a
+    /// count would read the whole partition).
+    pub rows_dropped_estimate: i64,
     /// Rows of dropped partitions that were not expired (UUIDv4), kept in the default partition.
     pub rows_kept_from_dropped: u64,
     /// Partition DDL that found its lock busy on every attempt, left for the next run.
@@ -104,9 +107,11 @@ impl std::fmt::Display for CleanupReport {
         if self.layout == Layout::Partitioned {
             write!(
                 f,
-                ", dropped {} partitions {:?} (kept {} unexpired UUIDv4 rows), created {:?}",
+                ", dropped {} partitions {:?} (about {} rows; kept {} unexpired UUIDv4 rows), \
+                 created {:?}",
                 self.partitions_dropped.len(),
                 self.partitions_dropped,
+                self.rows_dropped_estimate,
                 self.rows_kept_from_dropped,
                 self.partitions_created
             )?;
@@ -170,6 +175,7 @@ pub async fn cleanup(
         longest_statement: Duration::ZERO,
         partitions_created,
         partitions_dropped: Vec::new(),
+        rows_dropped_estimate: 0,
         rows_kept_from_dropped: 0,
         postponed: Vec::new(),
         default_rows: None,
@@ -183,8 +189,10 @@ pub async fn cleanup(
         let existing = partition::partition_days(&client).await?;
         for day in partition::expired_days(&existing, cutoff) {
             let name = days::partition_name(day);
+            let estimate = partition::estimated_rows(&client, &name).await?;
             match partition::drop_day(&mut client, day, cutoff, settings.lock_timeout).await? {
                 DdlOutcome::Done(kept) => {
+                    report.rows_dropped_estimate += estimate;
                     report.rows_kept_from_dropped += kept;
                     report.partitions_dropped.push(name);
                 }

@@ -327,6 +327,19 @@ async fn drop_once(
     Ok(kept)
 }
 
+/// The planner's estimate of a table's rows (exact after VACUUM or ANALYZE; 0 when never
+/// analyzed), read without scanning it.
+pub async fn estimated_rows(client: &Client, table: &str) -> Result<i64, RetentionError> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(greatest(reltuples, 0), 0)::bigint FROM pg_class
+             WHERE oid = to_regclass($1)",
+            &[&table],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
 /// Rows in the default partition, counted up to `limit` (an exact count below it).
 pub async fn default_rows(client: &Client, limit: i64) -> Result<i64, RetentionError> {
     let row = client
