@@ -84,12 +84,19 @@ async fn cleanup(args: CleanupCommandArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts the background retention task of `run` when it has work: a cleanup (`--retention`) or
-/// partitions to prepare ahead (a partitioned inbox). Warns when the topic outlives the inbox.
+/// The background retention task of `run`, stopped when the processor stops.
+struct Maintenance {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Prepares the partitions ahead before anything is consumed (partitioned inbox), then starts the
+/// background retention task when it has work: a cleanup (`--retention`) or partitions to prepare
+/// day after day. Warns when the topic outlives the inbox retention.
 async fn start_maintenance(
     args: &RunArgs,
     pool: &deadpool_postgres::Pool,
-) -> anyhow::Result<Option<tokio_util::sync::CancellationToken>> {
+) -> anyhow::Result<Option<Maintenance>> {
     let expire = args.retention.is_some();
     if let Some(window) = args.retention.or(args.dedup_window) {
         retention::topic::warn_if_topic_outlives(&args.processor().kafka, window).await;
@@ -99,16 +106,21 @@ async fn start_maintenance(
         return Ok(None);
     }
     let settings = args.cleanup.settings(args.retention.unwrap_or_default());
+    let now = std::time::SystemTime::now();
+    let (created, postponed) = retention::prepare_partitions(pool, &settings, now).await?;
+    if !created.is_empty() || !postponed.is_empty() {
+        tracing::info!(?created, ?postponed, "inbox partitions prepared");
+    }
     let stop = tokio_util::sync::CancellationToken::new();
     let interval = std::time::Duration::from_secs(args.cleanup_interval_s);
-    tokio::spawn(retention::maintain(
+    let task = tokio::spawn(retention::maintain(
         pool.clone(),
         settings,
         expire,
         interval,
         stop.clone(),
     ));
-    Ok(Some(stop))
+    Ok(Some(Maintenance { stop, task }))
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -127,8 +139,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown_signal(),
     )
     .await;
-    if let Some(stop) = &maintenance {
-        stop.cancel();
+    if let Some(m) = maintenance {
+        m.stop.cancel();
+        if let Err(e) = m.task.await {
+            tracing::warn!("retention task: {e}");
+        }
     }
     let stats = stats?;
     let s = stats.snapshot();

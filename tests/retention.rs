@@ -198,3 +198,39 @@ async fn an_unreadable_topic_retention_is_reported_as_unknown_without_blocking_t
         other => panic!("the mock cluster answered DescribeConfigs: {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_a_retention_guards_the_window_and_prepares_partitions_before_consuming() {
+    let (url, pool) = fresh_db("run_retention").await;
+    let mut c = pool.get().await.unwrap();
+    let today = retention::days::day_of_millis(retention::days::unix_millis(SystemTime::now()));
+    retention::partition::convert(&mut c, today - 5, 0)
+        .await
+        .unwrap();
+    let kafka = Kafka::new("run-retention", 1);
+    let now = SystemTime::now();
+    let old = v7_at(now - 8 * DAY).to_string();
+    kafka.send_entry(0, &old, 2, 50).await;
+    kafka.send_entry(0, &v7_at(now).to_string(), 2, 6).await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_batch-inbox"))
+        .args(["run", "--database-url", &url, "--brokers", &kafka.brokers])
+        .args(["--topic", &kafka.topic, "--group", "g", "--exit-on-eof"])
+        .args(["--retention", "7d", "--partitions-ahead", "2"])
+        .env("RUST_LOG", "info,batch_inbox=debug,rdkafka=warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cannot read the topic's retention.ms"),
+        "{stderr}"
+    );
+    let days = retention::partition::partition_days(&c).await.unwrap();
+    assert_eq!(days, vec![today - 5, today, today + 1, today + 2]);
+    let t = tables(&pool).await;
+    assert_eq!(t.balances, vec![(2, 6)]);
+    assert_eq!(
+        t.dead_letters,
+        vec![(0, 0, Some(old), "outside_dedup_window".to_owned())]
+    );
+}
