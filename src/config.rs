@@ -13,7 +13,7 @@ use crate::consumer::KafkaSettings;
 use crate::generate::{GeneratorSettings, KeyDistribution};
 use crate::inbox::Mode;
 use crate::processor::ProcessorConfig;
-use crate::retention::{parse_retention, CleanupArgs};
+use crate::retention::{parse_retention, CleanupArgs, CleanupCommandArgs, MigrateArgs};
 use crate::worker::{RetryPolicy, WorkerSettings};
 
 /// Apply a Kafka topic to PostgreSQL exactly once, with a micro-batched transactional inbox.
@@ -69,35 +69,6 @@ pub struct CopyCeilingArgs {
     /// Write the measurement as a run report (JSON) to this file.
     #[arg(long)]
     pub report: Option<std::path::PathBuf>,
-}
-
-/// `migrate` flags.
-#[derive(Debug, Clone, Args)]
-pub struct MigrateArgs {
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub db: DbArgs,
-    /// Lay the inbox out in daily partitions by UUIDv7 time (converts a plain inbox in place,
-    /// keeping every row; stop the processors first).
-    #[arg(long)]
-    pub partitioned: bool,
-    /// Daily partitions created ahead of today (with --partitioned).
-    #[arg(long, default_value_t = 3)]
-    pub partitions_ahead: u32,
-}
-
-/// `cleanup` flags.
-#[derive(Debug, Clone, Args)]
-pub struct CleanupCommandArgs {
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub db: DbArgs,
-    /// Remove inbox rows older than this (`7d`, `36h`, `90m`, `600s`).
-    #[arg(long, value_parser = parse_retention)]
-    pub retention: Duration,
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub cleanup: CleanupArgs,
 }
 
 /// `verify` flags.

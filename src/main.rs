@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use batch_inbox::config::{
-    CleanupCommandArgs, Cli, Command, CopyCeilingArgs, DemoArgs, MigrateArgs, ProduceArgs, RunArgs,
-    VerifyArgs,
+    Cli, Command, CopyCeilingArgs, DemoArgs, ProduceArgs, RunArgs, VerifyArgs,
 };
 use batch_inbox::generate::Expected;
 use batch_inbox::measure;
 use batch_inbox::metrics::{RunReport, RunSettings};
+use batch_inbox::retention::{CleanupCommandArgs, MigrateArgs};
 use batch_inbox::{db, ledger::Ledger, retention};
 use clap::Parser;
 use clap::ValueEnum;

@@ -24,7 +24,9 @@ use deadpool_postgres::{Pool, PoolError};
 use tokio_util::sync::CancellationToken;
 
 pub use partition::Layout;
-pub use settings::{parse_retention, CleanupArgs, RetentionSettings};
+pub use settings::{
+    parse_retention, CleanupArgs, CleanupCommandArgs, MigrateArgs, RetentionSettings,
+};
 
 use crate::error::is_retryable_db;
 use partition::{DdlOutcome, DEFAULT_PARTITION};
@@ -186,19 +188,7 @@ pub async fn cleanup(
         Layout::Partitioned => DEFAULT_PARTITION,
     };
     if layout == Layout::Partitioned {
-        let existing = partition::partition_days(&client).await?;
-        for day in partition::expired_days(&existing, cutoff) {
-            let name = days::partition_name(day);
-            let estimate = partition::estimated_rows(&client, &name).await?;
-            match partition::drop_day(&mut client, day, cutoff, settings.lock_timeout).await? {
-                DdlOutcome::Done(kept) => {
-                    report.rows_dropped_estimate += estimate;
-                    report.rows_kept_from_dropped += kept;
-                    report.partitions_dropped.push(name);
-                }
-                DdlOutcome::Postponed => postponed.push(name),
-            }
-        }
+        drop_expired(&mut client, settings, cutoff, &mut report, &mut postponed).await?;
     }
     let (batch, pause) = (settings.batch_rows, settings.pause);
     let deleted = delete::delete_expired(&client, table, cutoff, batch, pause, stop).await?;
@@ -211,6 +201,30 @@ pub async fn cleanup(
     report.postponed = postponed;
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// Drops every partition whose day is older than `cutoff`, adding to `report`.
+async fn drop_expired(
+    client: &mut deadpool_postgres::Client,
+    settings: &RetentionSettings,
+    cutoff: SystemTime,
+    report: &mut CleanupReport,
+    postponed: &mut Vec<String>,
+) -> Result<(), RetentionError> {
+    let existing = partition::partition_days(client).await?;
+    for day in partition::expired_days(&existing, cutoff) {
+        let name = days::partition_name(day);
+        let estimate = partition::estimated_rows(client, &name).await?;
+        match partition::drop_day(client, day, cutoff, settings.lock_timeout).await? {
+            DdlOutcome::Done(kept) => {
+                report.rows_dropped_estimate += estimate;
+                report.rows_kept_from_dropped += kept;
+                report.partitions_dropped.push(name);
+            }
+            DdlOutcome::Postponed => postponed.push(name),
+        }
+    }
+    Ok(())
 }
 
 /// The background maintenance of `run`: every `interval` until `stop` is cancelled, prepares

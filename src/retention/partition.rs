@@ -122,21 +122,7 @@ pub async fn convert(
     )
     .await?;
     let last = today + i64::from(ahead);
-    let (lo, _) = day_bounds(today - CONVERT_DAYS_BACK);
-    let (_, hi) = day_bounds(last);
-    let oldest: Option<uuid::Uuid> = tx
-        .query_opt(
-            "SELECT message_id FROM inbox_unpartitioned
-             WHERE message_id >= $1 AND message_id < $2
-               AND get_byte(uuid_send(message_id), 6) >> 4 = 7
-             ORDER BY message_id LIMIT 1",
-            &[&lo, &hi],
-        )
-        .await?
-        .map(|r| r.get(0));
-    let first = oldest
-        .and_then(|id| super::days::v7_millis(&id))
-        .map_or(today, |ms| day_of_millis(ms).min(today));
+    let first = oldest_v7_day(&tx, today, last).await?.unwrap_or(today);
     for day in first..=last {
         let (from, to) = day_bounds(day);
         let name = partition_name(day);
@@ -161,6 +147,30 @@ pub async fn convert(
         rows,
         partitions: (last - first + 1) as usize,
     }))
+}
+
+/// The day of the oldest UUIDv7 of the plain inbox, among the last year and up to `last`, but not
+/// after `today`.
+async fn oldest_v7_day(
+    tx: &deadpool_postgres::Transaction<'_>,
+    today: i64,
+    last: i64,
+) -> Result<Option<i64>, RetentionError> {
+    let (lo, _) = day_bounds(today - CONVERT_DAYS_BACK);
+    let (_, hi) = day_bounds(last);
+    let oldest: Option<uuid::Uuid> = tx
+        .query_opt(
+            "SELECT message_id FROM inbox_unpartitioned
+             WHERE message_id >= $1 AND message_id < $2
+               AND get_byte(uuid_send(message_id), 6) >> 4 = 7
+             ORDER BY message_id LIMIT 1",
+            &[&lo, &hi],
+        )
+        .await?
+        .map(|r| r.get(0));
+    Ok(oldest
+        .and_then(|id| super::days::v7_millis(&id))
+        .map(|ms| day_of_millis(ms).min(today)))
 }
 
 /// One partition DDL step, retried when its lock wait times out.

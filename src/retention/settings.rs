@@ -65,6 +65,35 @@ impl CleanupArgs {
     }
 }
 
+/// `migrate` flags.
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub db: crate::config::DbArgs,
+    /// Lay the inbox out in daily partitions by UUIDv7 time (converts a plain inbox in place,
+    /// keeping every row; stop the processors first).
+    #[arg(long)]
+    pub partitioned: bool,
+    /// Daily partitions created ahead of today (with --partitioned).
+    #[arg(long, default_value_t = 3)]
+    pub partitions_ahead: u32,
+}
+
+/// `cleanup` flags.
+#[derive(Debug, Clone, Args)]
+pub struct CleanupCommandArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub db: crate::config::DbArgs,
+    /// Remove inbox rows older than this (`7d`, `36h`, `90m`, `600s`).
+    #[arg(long, value_parser = parse_retention)]
+    pub retention: Duration,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub cleanup: CleanupArgs,
+}
+
 /// Parses a retention such as `7d`, `36h`, `90m` or `600s` (a whole number and a unit).
 pub fn parse_retention(s: &str) -> Result<Duration, String> {
     let s = s.trim();
