@@ -8,13 +8,16 @@
 //!    (`pg_current_wal_lsn()` deltas; the chunk pays the full-page writes a checkpoint causes).
 //! 2. Batch latency while a cleanup runs (retention 7 days, so one eighth of the rows expire):
 //!    batches of new UUIDv7 ids at a fixed rate, latency from each batch's intended start; first
-//!    without cleanup, then while the library's cleanup runs: batched DELETE on the plain inbox,
-//!    partition drop on the partitioned one.
+//!    without cleanup, then while the library's cleanup runs (batched DELETE on the plain UUIDv7
+//!    inbox, partition drop on the partitioned one), or, for contrast, one plain `DELETE … WHERE
+//!    processed_at < …` of every expired row (the UUIDv4 plain inbox).
 //!
 //! Output: `results/retention/bench.json` and `summary.md` (`--quick`, or `BENCH_QUICK=1`: a
 //! small smoke run written to `target/retention-bench-quick/` instead). Environment:
 //! `BENCH_DATABASE_URL`, the server without a database name.
 
+#[path = "retention_db/latency.rs"]
+mod latency;
 #[path = "retention_db/load.rs"]
 mod load;
 #[path = "retention_db/report.rs"]
@@ -27,15 +30,13 @@ use anyhow::{Context, Result};
 use batch_inbox::db;
 use batch_inbox::retention::days::{day_of_millis, unix_millis};
 use batch_inbox::retention::partition::{self, DdlOutcome};
-use batch_inbox::retention::{self, Layout, RetentionSettings};
+use batch_inbox::retention::Layout;
 use deadpool_postgres::Pool;
 use load::Ids;
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 const BATCH: usize = 1_000;
 const DAYS: i64 = 8;
-const RETENTION: Duration = Duration::from_secs(7 * 86_400);
 
 /// How much work the bench does.
 pub struct Plan {
@@ -270,75 +271,6 @@ async fn attach_times(pools: &[Pool]) -> Result<Vec<Value>> {
     Ok(out)
 }
 
-/// Runs batches at a fixed rate for at least `min` and until `done` is cancelled.
-async fn paced_load(
-    pool: &Pool,
-    plan: &Plan,
-    min: Duration,
-    done: &CancellationToken,
-) -> Result<hdrhistogram::Histogram<u64>> {
-    let mut c = pool.get().await?;
-    let mut hist = load::histogram();
-    let started = tokio::time::Instant::now();
-    let mut offset = 1_000_000_000;
-    for i in 0u32.. {
-        if started.elapsed() >= min && done.is_cancelled() {
-            break;
-        }
-        let batch = load::batches(Ids::V7, BATCH, 1, &mut offset).remove(0);
-        let intended = started + plan.interval * i;
-        tokio::time::sleep_until(intended).await;
-        load::apply(&mut c, &batch).await?;
-        hist.saturating_record(intended.elapsed().as_micros() as u64);
-    }
-    Ok(hist)
-}
-
-/// Batch latency of the UUIDv7 inbox without, then during, a cleanup.
-async fn latency_during_cleanup(pool: &Pool, cfg: Config, plan: &Plan) -> Result<Value> {
-    let no_wait = CancellationToken::new();
-    no_wait.cancel();
-    let idle = paced_load(pool, plan, plan.idle, &no_wait).await?;
-    let c = pool.get().await?;
-    c.batch_execute("CHECKPOINT").await?;
-    let wal = load::wal_lsn(&c).await?;
-    let done = CancellationToken::new();
-    let settings = RetentionSettings {
-        retention: RETENTION,
-        ..RetentionSettings::default()
-    };
-    let cleanup = {
-        let (pool, done) = (pool.clone(), done.clone());
-        tokio::spawn(async move {
-            let stop = CancellationToken::new();
-            let report = retention::cleanup(&pool, &settings, SystemTime::now(), &stop).await;
-            done.cancel();
-            report
-        })
-    };
-    let during = paced_load(pool, plan, plan.idle, &done).await?;
-    let report = cleanup.await.context("cleanup task")??;
-    let wal_phase = load::wal_lsn(&c).await? - wal;
-    println!("{} cleanup: {report}", cfg.label());
-    Ok(json!({
-        "config": cfg.label(),
-        "batch_size": BATCH,
-        "batch_interval_ms": plan.interval.as_millis() as u64,
-        "without_cleanup": load::percentiles(&idle),
-        "during_cleanup": load::percentiles(&during),
-        "cleanup": {
-            "rows_deleted": report.rows_deleted,
-            "delete_statements": report.delete_statements,
-            "longest_statement_ms": report.longest_statement.as_secs_f64() * 1e3,
-            "partitions_dropped": report.partitions_dropped,
-            "rows_in_dropped_partitions_estimate": report.rows_dropped_estimate,
-            "elapsed_s": report.elapsed.as_secs_f64(),
-            "wal_bytes_during_cleanup": wal_phase,
-            "report": report.to_string(),
-        },
-    }))
-}
-
 async fn run() -> Result<()> {
     let plan = Plan::from_env();
     let base = std::env::var("BENCH_DATABASE_URL")
@@ -356,8 +288,13 @@ async fn run() -> Result<()> {
     let throughput = throughput(&pools, &plan).await?;
     let attach = attach_times(&pools).await?;
     let mut latency = Vec::new();
-    for (pool, cfg) in pools.iter().zip(CONFIGS).filter(|(_, c)| c.ids == Ids::V7) {
-        latency.push(latency_during_cleanup(pool, cfg, &plan).await?);
+    for (pool, cfg) in pools.iter().zip(CONFIGS) {
+        let how = match (cfg.ids, cfg.layout) {
+            (Ids::V7, _) => latency::Cleanup::Library,
+            (Ids::V4, Layout::Plain) => latency::Cleanup::OneDelete,
+            (Ids::V4, Layout::Partitioned) => continue,
+        };
+        latency.push(latency::during_cleanup(pool, &cfg.label(), how, &plan).await?);
     }
     drop(pools);
     for cfg in CONFIGS {
