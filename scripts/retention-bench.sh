@@ -9,15 +9,20 @@
 #
 #   scripts/retention-bench.sh           full run (about 15-25 minutes here), writes
 #                                        results/retention/bench.json and summary.md
-#   scripts/retention-bench.sh --quick   smoke run on 200,000 rows (about a minute after the
-#                                        build), written to target/retention-bench-quick/
+#   scripts/retention-bench.sh --quick   smoke run on 200,000 rows with the debug build that the
+#                                        tests already compiled (about a minute; figures are not
+#                                        measurements), written to target/retention-bench-quick/
 #   BENCH_ROWS=N scripts/retention-bench.sh   another pre-fill size
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-quick=()
+# Full mode: optimized (`cargo bench`). Quick mode: the test profile, no second build in CI.
+build=(cargo bench --bench retention_db --no-run --quiet)
+bench=(cargo bench --bench retention_db --quiet --)
 if [ "${1:-}" = "--quick" ]; then
-  quick=(--quick)
+  export BENCH_QUICK=1
+  build=(cargo test --bench retention_db --no-run --quiet)
+  bench=(cargo test --bench retention_db --quiet)
 fi
 
 pg_bin=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)}
@@ -35,8 +40,8 @@ stop_server() {
 }
 trap stop_server EXIT
 
-echo "building the bench (release)" >&2
-cargo bench --bench retention_db --no-run --quiet 2>/dev/null || cargo bench --bench retention_db --no-run
+echo "building the bench" >&2
+"${build[@]}"
 
 echo "starting a private PostgreSQL on port $port in $dir" >&2
 "${as_postgres[@]}" "$pg_bin/initdb" -D "$dir/data" -U postgres --auth=trust >/dev/null
@@ -47,6 +52,5 @@ echo "starting a private PostgreSQL on port $port in $dir" >&2
       -c max_wal_size=1GB -c checkpoint_timeout=5min" start >/dev/null
 
 df -h / | tail -n 1 >&2
-BENCH_DATABASE_URL="postgres://postgres@127.0.0.1:$port" \
-  cargo bench --bench retention_db --quiet -- "${quick[@]}"
+BENCH_DATABASE_URL="postgres://postgres@127.0.0.1:$port" "${bench[@]}"
 df -h / | tail -n 1 >&2
