@@ -14,6 +14,7 @@ use crate::generate::{GeneratorSettings, KeyDistribution};
 use crate::inbox::Mode;
 use crate::logging::LogFormat;
 use crate::processor::ProcessorConfig;
+use crate::retention::{parse_retention, CleanupArgs, CleanupCommandArgs, MigrateArgs};
 use crate::worker::{RetryPolicy, WorkerSettings};
 
 /// Apply a Kafka topic to PostgreSQL exactly once, with a micro-batched transactional inbox.
@@ -42,7 +43,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create or upgrade the tables (idempotent, versioned).
-    Migrate(DbArgs),
+    Migrate(MigrateArgs),
+    /// Remove inbox rows older than the retention, in small batches, and report what was removed.
+    Cleanup(CleanupCommandArgs),
     /// Consume a topic and apply it to the database.
     Run(RunArgs),
     /// Write generated ledger records (with duplicates, bad input, overdrafts) to a topic.
@@ -176,6 +179,20 @@ pub struct RunArgs {
     /// --expect`); exit 1 when they differ.
     #[arg(long, value_name = "FILE")]
     pub expect: Option<std::path::PathBuf>,
+    /// Remove inbox rows older than this in the background (`7d`, `36h`; off by default), and
+    /// dead-letter UUIDv7 ids older than it (`outside_dedup_window`).
+    #[arg(long, env = "BATCH_INBOX_RETENTION", value_parser = parse_retention)]
+    pub retention: Option<Duration>,
+    /// Dead-letter UUIDv7 ids older than this without cleaning up here (for a `cleanup` run
+    /// elsewhere); defaults to --retention.
+    #[arg(long, env = "BATCH_INBOX_DEDUP_WINDOW", value_parser = parse_retention)]
+    pub dedup_window: Option<Duration>,
+    /// Seconds between two background cleanups (with --retention) or partition preparations.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub cleanup_interval_s: u64,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub cleanup: CleanupArgs,
     /// Store each partition's next offset in the database, in the batch's transaction, and
     /// start an assigned partition there when it is ahead of Kafka's committed offset (no
     /// replay after a crash). `--offsets-in-db=false`: Kafka's committed offsets only.
@@ -330,6 +347,7 @@ impl PipelineArgs {
             exit_after_records: None,
             revoke_timeout: Duration::from_secs(30),
             offsets_in_db: true,
+            dedup_window: None,
         }
     }
 }
@@ -349,6 +367,7 @@ impl RunArgs {
         config.worker.unsafe_offsets_before_commit = self.unsafe_offsets_before_commit;
         config.worker.unsafe_no_inbox = self.unsafe_no_inbox;
         config.offsets_in_db = self.offsets_in_db;
+        config.dedup_window = self.dedup_window.or(self.retention);
         config
     }
 }
@@ -384,6 +403,9 @@ mod tests {
             (vec!["run", "--mode", "sometimes"], "--mode"),
             (vec!["run", "-X", "novalue"], "KEY=VALUE"),
             (vec!["produce", "--duplicate-ratio", "1.5"], "from 0 to 1"),
+            (vec!["run", "--retention", "7"], "unit"),
+            (vec!["cleanup", "--retention", "0d"], "zero"),
+            (vec!["cleanup"], "--retention"),
         ] {
             let err = parse(&args).unwrap_err().to_string();
             assert!(err.contains(needle), "{args:?}: {err}");
@@ -415,6 +437,7 @@ mod tests {
         assert_eq!(p.worker.batcher.max_items.get(), 7);
         assert_eq!(p.worker.batcher.linger, Duration::from_millis(3));
         assert_eq!(p.id_header, "ce_id");
+        assert_eq!(p.dedup_window, None, "no guard without a retention");
         assert!(p.exit_on_eof && p.kafka.partition_eof);
         assert_eq!(
             p.kafka.overrides,
@@ -453,6 +476,26 @@ mod tests {
         assert!(
             help.contains("--batch-size") && !help.contains("unsafe"),
             "{help}"
+        );
+    }
+
+    #[test]
+    fn retention_turns_on_the_dedup_window_guard() {
+        let cli = parse(&["run", "--retention", "7d", "--cleanup-batch-rows", "100"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        let week = Duration::from_secs(7 * 86_400);
+        assert_eq!(run.processor().dedup_window, Some(week));
+        let settings = run.cleanup.settings(week);
+        assert_eq!((settings.retention, settings.batch_rows), (week, 100));
+        let cli = parse(&["run", "--retention", "7d", "--dedup-window", "2d"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(
+            run.processor().dedup_window,
+            Some(Duration::from_secs(2 * 86_400))
         );
     }
 }

@@ -44,6 +44,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "consumer_offsets",
         sql: include_str!("../migrations/0004_consumer_offsets.sql"),
     },
+    Migration {
+        version: 5,
+        name: "inbox_processed_at",
+        sql: include_str!("../migrations/0005_inbox_processed_at.sql"),
+    },
 ];
 
 /// Arbitrary constant identifying the migration lock among advisory locks.

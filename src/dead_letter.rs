@@ -28,6 +28,9 @@ pub enum Reason {
     /// The handler failed on this message alone for a reason retrying cannot fix (a poison
     /// message, isolated by bisecting its batch); `detail` holds the error.
     HandlerError,
+    /// The id is a UUIDv7 older than the inbox retention: its inbox row may already be removed,
+    /// so the message cannot be proven new and is not applied.
+    OutsideDedupWindow,
 }
 
 impl Reason {
@@ -51,6 +54,7 @@ impl Reason {
             Reason::InsufficientFunds => "insufficient_funds",
             Reason::AmountOverflow => "amount_overflow",
             Reason::HandlerError => "handler_error",
+            Reason::OutsideDedupWindow => "outside_dedup_window",
         }
     }
 }

@@ -25,7 +25,9 @@ use crate::dead_letter::{self, DeadLetter, ReasonCounts};
 use crate::error::InboxError;
 use crate::failpoint::failpoint;
 use crate::handler::{Handler, Rejection};
-use crate::message::{decode_batch, dedup_in_batch, Decoded, Message, RawMessage};
+use crate::message::{
+    decode_batch, dedup_in_batch, reject_outside_window, Decoded, Message, RawMessage,
+};
 use crate::metrics::StageTimings;
 use crate::offset_table::{self, upsert_offset, OffsetTarget};
 use crate::Transaction;
@@ -112,6 +114,7 @@ pub struct Inbox<H: Handler> {
     id_header: Arc<str>,
     offsets_group: Option<Arc<str>>,
     unsafe_no_inbox: bool,
+    dedup_window: Option<Duration>,
 }
 
 impl<H: Handler> Inbox<H> {
@@ -123,6 +126,7 @@ impl<H: Handler> Inbox<H> {
             id_header: id_header.into(),
             offsets_group: None,
             unsafe_no_inbox: false,
+            dedup_window: None,
         }
     }
 
@@ -154,10 +158,23 @@ impl<H: Handler> Inbox<H> {
         self
     }
 
+    /// Turns on the dedup-window guard: UUIDv7 ids older than `window` are dead-lettered
+    /// (`outside_dedup_window`) instead of applied; see [`crate::message::reject_outside_window`].
+    pub fn with_dedup_window(mut self, window: Option<Duration>) -> Self {
+        self.dedup_window = window;
+        self
+    }
+
     /// Splits a batch into handler messages and dead letters. Done once per batch, before any
     /// attempt, so retries reuse it.
     pub fn decode(&self, batch: Vec<RawMessage>) -> Decoded<H::Payload> {
-        decode_batch(batch, &self.id_header)
+        let mut decoded = decode_batch(batch, &self.id_header);
+        if let Some(window) = self.dedup_window {
+            let now = std::time::SystemTime::now();
+            let oldest = crate::retention::days::before(now, window);
+            reject_outside_window(&mut decoded, crate::retention::days::unix_millis(oldest));
+        }
+        decoded
     }
 
     /// Applies one decoded batch of one partition in one transaction.

@@ -19,6 +19,8 @@
 //! inbox still holds the id when a copy arrives.
 //!
 //! A service implements [`Handler`]; [`ledger::Ledger`] is the reference implementation.
+//! [`retention`] keeps the inbox from growing without bound (batched deletes, or daily partitions
+//! by UUIDv7 time dropped whole) and guards the dedup window it leaves.
 
 pub mod batcher;
 pub mod config;
@@ -44,6 +46,7 @@ pub mod offsets;
 pub mod processor;
 pub mod produce;
 pub mod resume;
+pub mod retention;
 pub mod stats;
 pub mod summary;
 pub mod telemetry;

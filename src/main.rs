@@ -8,8 +8,9 @@ use batch_inbox::config_file::{self, ConfigError, Source};
 use batch_inbox::generate::Expected;
 use batch_inbox::measure;
 use batch_inbox::metrics::{RunReport, RunSettings};
+use batch_inbox::retention::{CleanupCommandArgs, MigrateArgs};
 use batch_inbox::stats::Stats;
-use batch_inbox::{db, ledger::Ledger};
+use batch_inbox::{db, ledger::Ledger, retention};
 use clap::ValueEnum;
 use tokio_util::sync::CancellationToken;
 
@@ -31,7 +32,8 @@ async fn main() -> std::process::ExitCode {
     let _failpoints = fail::FailScenario::setup();
     batch_inbox::logging::init(loaded.cli.log_format);
     let result = match loaded.cli.command {
-        Command::Migrate(args) => migrate(&args.database_url).await,
+        Command::Migrate(args) => migrate(args).await,
+        Command::Cleanup(args) => cleanup(args).await,
         Command::Run(args) if args.ops.print_config => {
             print_settings(&loaded.settings);
             Ok(())
@@ -54,11 +56,79 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn migrate(url: &str) -> anyhow::Result<()> {
-    let pool = db::connect(url, 1).await?;
+async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, 1).await?;
     let applied = db::migrate(&pool).await?;
     println!("migrations applied: {applied:?}");
+    if args.partitioned {
+        let today = retention::days::day_of_millis(retention::days::unix_millis(
+            std::time::SystemTime::now(),
+        ));
+        let mut client = pool.get().await?;
+        match retention::partition::convert(&mut client, today, args.partitions_ahead).await? {
+            Some(c) => println!(
+                "inbox partitioned by message_id: {} rows kept, {} daily partitions and a default",
+                c.rows, c.partitions
+            ),
+            None => println!("inbox already partitioned"),
+        }
+    }
     Ok(())
+}
+
+async fn cleanup(args: CleanupCommandArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, 1).await?;
+    db::check_schema(&pool).await?;
+    let settings = args.cleanup.settings(args.retention);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        on_signal.cancel();
+    });
+    let now = std::time::SystemTime::now();
+    let report = retention::cleanup(&pool, &settings, now, &stop).await?;
+    println!("{report}");
+    Ok(())
+}
+
+/// The background retention task of `run`, stopped when the processor stops.
+struct Maintenance {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Prepares the partitions ahead before anything is consumed (partitioned inbox), then starts the
+/// background retention task when it has work: a cleanup (`--retention`) or partitions to prepare
+/// day after day. Warns when the topic outlives the inbox retention.
+async fn start_maintenance(
+    args: &RunArgs,
+    pool: &deadpool_postgres::Pool,
+) -> anyhow::Result<Option<Maintenance>> {
+    let expire = args.retention.is_some();
+    if let Some(window) = args.retention.or(args.dedup_window) {
+        retention::topic::warn_if_topic_outlives(&args.processor().kafka, window).await;
+    }
+    let layout = retention::partition::layout(&pool.get().await?).await?;
+    if !expire && layout == retention::Layout::Plain {
+        return Ok(None);
+    }
+    let settings = args.cleanup.settings(args.retention.unwrap_or_default());
+    let now = std::time::SystemTime::now();
+    let (created, postponed) = retention::prepare_partitions(pool, &settings, now).await?;
+    if !created.is_empty() || !postponed.is_empty() {
+        tracing::info!(?created, ?postponed, "inbox partitions prepared");
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let interval = std::time::Duration::from_secs(args.cleanup_interval_s);
+    let task = tokio::spawn(retention::maintain(
+        pool.clone(),
+        settings,
+        expire,
+        interval,
+        stop.clone(),
+    ));
+    Ok(Some(Maintenance { stop, task }))
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -68,8 +138,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(_) => measure::statement_count(&pool).await,
         None => None,
     };
+    let maintenance = start_maintenance(&args, &pool).await?;
     let started = std::time::Instant::now();
-    let stats = process(&args, &pool).await?;
+    let stats = process(&args, &pool).await;
+    if let Some(m) = maintenance {
+        m.stop.cancel();
+        if let Err(e) = m.task.await {
+            tracing::warn!("retention task: {e}");
+        }
+    }
+    let stats = stats?;
     let s = stats.snapshot();
     let secs = started.elapsed().as_secs_f64();
     println!(

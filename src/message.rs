@@ -126,6 +126,27 @@ pub fn decode_batch<P: Decode>(batch: Vec<RawMessage>, id_header: &str) -> Decod
     }
 }
 
+/// The dedup-window guard: moves every message whose id is a UUIDv7 created before `oldest_ms`
+/// (Unix milliseconds) to the dead letters, reason `outside_dedup_window`: its inbox row may
+/// already have been removed by the retention, so it cannot be proven new. Ids of other versions
+/// carry no time and pass. Returns how many were moved; dead letters stay in offset order.
+pub fn reject_outside_window<P>(decoded: &mut Decoded<P>, oldest_ms: i64) -> usize {
+    let before = decoded.dead_letters.len();
+    let (old, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut decoded.messages)
+        .into_iter()
+        .partition(|m| crate::retention::days::v7_millis(&m.id).is_some_and(|t| t < oldest_ms));
+    decoded.messages = kept;
+    decoded.dead_letters.extend(old.into_iter().map(|m| {
+        let created = crate::retention::days::v7_millis(&m.id).unwrap_or_default();
+        let detail = format!(
+            "UUIDv7 created at {created} ms since the epoch, before the dedup window's start at              {oldest_ms} ms: its inbox row may have expired"
+        );
+        DeadLetter::new(m.raw, Some(m.id.to_string()), Reason::OutsideDedupWindow, detail)
+    }));
+    decoded.dead_letters.sort_by_key(|d| d.raw.offset);
+    decoded.dead_letters.len() - before
+}
+
 /// Drops later copies of an id inside one batch, keeping the first occurrence and the order.
 /// Returns how many were dropped.
 pub fn dedup_in_batch<T>(items: &mut Vec<T>, id: impl Fn(&T) -> Uuid) -> usize {
@@ -207,6 +228,36 @@ pub(crate) mod tests {
         });
         assert_eq!(decode_id(&m, "ce_id").unwrap().to_string(), A);
         assert_eq!(decode_id(&m, "id").unwrap_err().0, Reason::MissingId);
+    }
+
+    #[test]
+    fn the_guard_dead_letters_old_v7_ids_only() {
+        let old = "0191e5a0-0000-7000-8000-000000000001"; // 2024-09-10
+        let young = "0191e5a1-0000-7000-8000-000000000001";
+        let v4 = "00000000-0000-4000-8000-000000000001";
+        let mut d = decode_batch::<Text>(
+            vec![
+                raw(0, Some(old), "ok"),
+                raw(1, Some(v4), "ok"),
+                raw(2, Some("nope"), "ok"),
+                raw(3, Some(young), "ok"),
+            ],
+            "id",
+        );
+        let window_start = 0x0191_e5a1_0000_i64;
+        assert_eq!(reject_outside_window(&mut d, window_start), 1);
+        let offsets: Vec<i64> = d.messages.iter().map(|m| m.raw.offset).collect();
+        assert_eq!(offsets, vec![1, 3]);
+        let letters: Vec<(i64, Reason)> = d
+            .dead_letters
+            .iter()
+            .map(|l| (l.raw.offset, l.reason))
+            .collect();
+        assert_eq!(
+            letters,
+            vec![(0, Reason::OutsideDedupWindow), (2, Reason::InvalidId)]
+        );
+        assert_eq!(d.dead_letters[0].message_id.as_deref(), Some(old));
     }
 
     #[test]

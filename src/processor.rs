@@ -34,6 +34,8 @@ pub struct ProcessorConfig {
     pub exit_after_records: Option<u64>,
     /// How long a revoke waits for a partition's in-flight batch.
     pub revoke_timeout: Duration,
+    /// The dedup-window guard: UUIDv7 ids older than this are dead-lettered, not applied.
+    pub dedup_window: Option<Duration>,
     /// Each batch's transaction also stores the partition's next offset in `consumer_offsets`,
     /// and an assigned partition starts there when it is ahead of Kafka's committed offset.
     pub offsets_in_db: bool,
@@ -61,6 +63,7 @@ impl ProcessorConfig {
             exit_after_records: None,
             revoke_timeout: Duration::from_secs(30),
             offsets_in_db: true,
+            dedup_window: None,
         }
     }
 
@@ -97,7 +100,8 @@ pub async fn run_with_stats<H: Handler>(
     let inbox = Arc::new(
         Inbox::new(pool.clone(), handler, config.id_header.as_str())
             .with_unsafe_no_inbox(config.worker.unsafe_no_inbox)
-            .with_offsets_in_db(config.offsets_in_db.then_some(config.kafka.group.as_str())),
+            .with_offsets_in_db(config.offsets_in_db.then_some(config.kafka.group.as_str()))
+            .with_dedup_window(config.dedup_window),
     );
     let on_assign = config.offsets_in_db.then(|| {
         let group = Arc::from(config.kafka.group.as_str());

@@ -163,6 +163,7 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
         exit_after_records: None,
         revoke_timeout: Duration::from_secs(30),
         offsets_in_db: true,
+        dedup_window: None,
     }
 }
 

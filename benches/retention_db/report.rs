@@ -1,0 +1,211 @@
+//! The retention bench's output: the machine it ran on, `bench.json`, and `summary.md` with the
+//! ratios between configurations measured in the same run.
+
+use anyhow::{Context, Result};
+use deadpool_postgres::Pool;
+use serde_json::{json, Value};
+
+/// Facts about the machine and the server.
+pub async fn machine(pool: &Pool) -> Result<Value> {
+    let c = pool.get().await?;
+    let mut settings = serde_json::Map::new();
+    for name in [
+        "server_version",
+        "shared_buffers",
+        "synchronous_commit",
+        "full_page_writes",
+        "wal_compression",
+        "max_wal_size",
+        "checkpoint_timeout",
+    ] {
+        let v: String = c.query_one(&format!("SHOW {name}"), &[]).await?.get(0);
+        settings.insert(name.to_owned(), json!(v));
+    }
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    Ok(json!({
+        "nproc": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "cpu": cpu,
+        "loadavg_at_start": load.trim(),
+        "postgres": settings,
+    }))
+}
+
+fn f(v: &Value, path: &[&str]) -> f64 {
+    path.iter()
+        .fold(v, |v, k| &v[*k])
+        .as_f64()
+        .unwrap_or(f64::NAN)
+}
+
+fn find<'a>(rows: &'a [Value], config: &str) -> Option<&'a Value> {
+    rows.iter().find(|r| r["config"] == config)
+}
+
+fn throughput_table(doc: &Value, out: &mut String) {
+    let rows = doc["throughput"].as_array().cloned().unwrap_or_default();
+    let base = find(&rows, "v4-plain").cloned().unwrap_or(Value::Null);
+    out.push_str(
+        "| inbox | msgs/s | × v4-plain | WAL bytes/msg | × v4-plain | batch p50 ms | batch p99 ms |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for r in &rows {
+        let (rate, wal) = (f(r, &["msgs_per_s"]), f(r, &["wal_bytes_per_msg"]));
+        out.push_str(&format!(
+            "| {} | {:.0} | {:.2}× | {:.0} | {:.2}× | {:.1} | {:.1} |\n",
+            r["config"].as_str().unwrap_or("?"),
+            rate,
+            rate / f(&base, &["msgs_per_s"]),
+            wal,
+            wal / f(&base, &["wal_bytes_per_msg"]),
+            f(r, &["batch_latency", "p50_ms"]),
+            f(r, &["batch_latency", "p99_ms"]),
+        ));
+    }
+}
+
+fn latency_table(doc: &Value, out: &mut String) {
+    out.push_str(
+        "| inbox | cleanup | rows removed | cleanup s | longest statement ms | cleanup WAL MB (est.) | p50 ms idle → during | p99 ms idle → during | max ms idle → during |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in doc["latency_during_cleanup"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let c = &r["cleanup"];
+        let dropped = c["partitions_dropped"].as_array().map_or(0, Vec::len);
+        let (how, rows) = if dropped > 0 {
+            let est = &c["rows_in_dropped_partitions_estimate"];
+            (format!("drop {dropped} partition"), format!("≈ {est}"))
+        } else {
+            let how = c["how"].as_str().unwrap_or("?");
+            (
+                format!("{how} × {}", c["delete_statements"]),
+                c["rows_deleted"].to_string(),
+            )
+        };
+        let pair = |q: &str| {
+            format!(
+                "{:.1} → {:.1}",
+                f(r, &["without_cleanup", q]),
+                f(r, &["during_cleanup", q])
+            )
+        };
+        out.push_str(&format!(
+            "| {} | {how} | {rows} | {:.2} | {:.1} | {:.0} | {} | {} | {} |\n",
+            r["config"].as_str().unwrap_or("?"),
+            f(c, &["elapsed_s"]),
+            f(c, &["longest_statement_ms"]),
+            (f(c, &["wal_bytes_estimate"]) / 1e6).max(0.0),
+            pair("p50_ms"),
+            pair("p99_ms"),
+            pair("max_ms"),
+        ));
+    }
+}
+
+/// Writes `bench.json` and `summary.md` into `dir`; returns their paths.
+pub fn write(dir: &str, doc: &Value) -> Result<Vec<String>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {dir}"))?;
+    let json_path = format!("{dir}/bench.json");
+    let text = serde_json::to_string_pretty(doc)? + "\n";
+    std::fs::write(&json_path, text).with_context(|| format!("writing {json_path}"))?;
+    let mut out = header(doc);
+    throughput_section(doc, &mut out);
+    latency_section(doc, &mut out);
+    attach_section(doc, &mut out);
+    let md_path = format!("{dir}/summary.md");
+    std::fs::write(&md_path, out).with_context(|| format!("writing {md_path}"))?;
+    Ok(vec![json_path, md_path])
+}
+
+fn header(doc: &Value) -> String {
+    let m = &doc["machine"];
+    format!(
+        "# Inbox retention at scale\n\n\
+         Generated by `scripts/retention-bench.sh` ({}). Machine: {} cores ({}), load average at \
+         start {}; PostgreSQL {} (private server started by the script), shared_buffers {}, \
+         synchronous_commit {}, full_page_writes {}, max_wal_size {}. The machine is shared with \
+         other builds and tests: the figures are noisy; compare the ratios, measured in the same \
+         run, not the absolute values.\n\n",
+        if doc["quick"] == true {
+            "quick mode"
+        } else {
+            "full mode"
+        },
+        m["nproc"],
+        m["cpu"].as_str().unwrap_or("?"),
+        m["loadavg_at_start"].as_str().unwrap_or("?"),
+        m["postgres"]["server_version"].as_str().unwrap_or("?"),
+        m["postgres"]["shared_buffers"].as_str().unwrap_or("?"),
+        m["postgres"]["synchronous_commit"].as_str().unwrap_or("?"),
+        m["postgres"]["full_page_writes"].as_str().unwrap_or("?"),
+        m["postgres"]["max_wal_size"].as_str().unwrap_or("?"),
+    )
+}
+
+fn throughput_section(doc: &Value, out: &mut String) {
+    out.push_str(&format!(
+        "## Dedup throughput with {} rows already in the inbox\n\n\
+         New ids in batches of {} through the library's inbox transaction (a handler that does \
+         nothing), {} rounds × {} batches per inbox, the four inboxes in turn; a CHECKPOINT before \
+         each chunk, so each chunk pays the full-page writes that follow every checkpoint. msgs/s \
+         counts the time inside the transactions. Rows and UUIDv7 times are spread over {} days; \
+         the partitioned inboxes have one partition per day and a default partition (which holds \
+         every UUIDv4 id).\n\n",
+        doc["rows_prefilled"],
+        doc["batch_size"],
+        doc["rounds"],
+        doc["batches_per_chunk"],
+        doc["days_prefilled"],
+    ));
+    throughput_table(doc, out);
+}
+
+fn latency_section(doc: &Value, out: &mut String) {
+    out.push_str(&format!(
+        "\n## Batch latency while a cleanup runs (retention {} days: one eighth of the rows expire)\n\n\
+         Batches of {} new UUIDv7 ids every 50 ms on one connection, latency from each batch's \
+         intended start (no coordinated omission): first without cleanup, then while \
+         `retention::cleanup` runs (plain inbox: DELETE of at most 5,000 rows per statement, 50 ms \
+         apart; partitioned inbox: the expired day's partition is dropped under a 200 ms \
+         lock_timeout, then the default partition is cleaned with the same DELETE), and, for \
+         contrast, while one `DELETE FROM inbox WHERE processed_at < now() - interval '7 days'` \
+         runs on the UUIDv4 plain inbox. A CHECKPOINT starts each phase; the cleanup's WAL is the \
+         phase's WAL less what as many batches wrote without a cleanup. A partition drop removes \
+         whole days only: the rest of the day that straddles the cutoff goes a day later.\n\n",
+        doc["retention_days"], doc["batch_size"],
+    ));
+    latency_table(doc, out);
+}
+
+fn attach_section(doc: &Value, out: &mut String) {
+    out.push_str(
+        "\n## Preparing a day ahead on a partitioned inbox\n\n\
+         ATTACH PARTITION checks that the default partition holds no row of the new day, by \
+         scanning it under a lock that holds back inserts into the default partition:\n\n\
+         | inbox | rows in the default partition | prepare one day, s |\n|---|---|---|\n",
+    );
+    for r in doc["attach_with_full_default"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        out.push_str(&format!(
+            "| {} | {} | {:.3} |\n",
+            r["config"].as_str().unwrap_or("?"),
+            r["default_rows"],
+            f(r, &["create_day_s"]),
+        ));
+    }
+}

@@ -1,0 +1,159 @@
+//! Days, UUIDv7 timestamps and partition bounds: pure arithmetic, no I/O.
+//!
+//! A UUIDv7 starts with its creation time: 48 bits of Unix milliseconds, big-endian. PostgreSQL
+//! orders `uuid` values bytewise, so the ids created during one UTC day form one contiguous range,
+//! from the UUID whose first 48 bits are the day's first millisecond and whose other bits are zero
+//! (inclusive) to the same UUID of the next day (exclusive). Those are the partition bounds.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use uuid::Uuid;
+
+/// Milliseconds in a day.
+pub const DAY_MS: i64 = 86_400_000;
+
+/// The creation time of a UUIDv7 in Unix milliseconds; `None` for any other version (a UUIDv4
+/// carries no time).
+pub fn v7_millis(id: &Uuid) -> Option<i64> {
+    if id.get_version_num() != 7 {
+        return None;
+    }
+    let b = id.as_bytes();
+    Some(
+        b[..6]
+            .iter()
+            .fold(0i64, |acc, &x| (acc << 8) | i64::from(x)),
+    )
+}
+
+/// The smallest UUID whose first 48 bits are `ms` (clamped to the 48-bit range).
+pub fn uuid_at_millis(ms: i64) -> Uuid {
+    let ms = ms.clamp(0, (1i64 << 48) - 1) as u64;
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+    Uuid::from_bytes(bytes)
+}
+
+/// Unix milliseconds of `t` (negative before 1970).
+pub fn unix_millis(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+/// `t - d`, saturating at the epoch.
+pub fn before(t: SystemTime, d: Duration) -> SystemTime {
+    t.checked_sub(d).unwrap_or(UNIX_EPOCH).max(UNIX_EPOCH)
+}
+
+/// The UTC day (days since 1970-01-01) that contains Unix millisecond `ms`.
+pub fn day_of_millis(ms: i64) -> i64 {
+    ms.div_euclid(DAY_MS)
+}
+
+/// The range of ids of day `day`: `[from, to)`.
+pub fn day_bounds(day: i64) -> (Uuid, Uuid) {
+    (
+        uuid_at_millis(day * DAY_MS),
+        uuid_at_millis((day + 1) * DAY_MS),
+    )
+}
+
+/// The name of day `day`'s partition: `inbox_pYYYYMMDD`.
+pub fn partition_name(day: i64) -> String {
+    let (y, m, d) = civil_from_days(day);
+    format!("inbox_p{y:04}{m:02}{d:02}")
+}
+
+/// The day of a partition named `inbox_pYYYYMMDD`; `None` for any other name.
+pub fn day_of_partition(name: &str) -> Option<i64> {
+    let digits = name.strip_prefix("inbox_p")?;
+    if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let y: i64 = digits[..4].parse().ok()?;
+    let m: u32 = digits[4..6].parse().ok()?;
+    let d: u32 = digits[6..].parse().ok()?;
+    let day = days_from_civil(y, m, d);
+    (civil_from_days(day) == (y, m, d)).then_some(day)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day since 1970-01-01.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_v7_id_carries_its_millisecond_and_a_v4_id_none() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_764_460_800_123);
+        let ts = uuid::Timestamp::from_unix(uuid::NoContext, 1_764_460_800, 123_000_000);
+        let id = Uuid::new_v7(ts);
+        assert_eq!(v7_millis(&id), Some(unix_millis(t)));
+        assert_eq!(v7_millis(&Uuid::new_v4()), None);
+    }
+
+    #[test]
+    fn a_days_ids_lie_between_its_bounds() {
+        let day = day_of_millis(1_764_460_800_123);
+        let (from, to) = day_bounds(day);
+        assert_eq!(from.to_string(), "019ad20f-2800-0000-0000-000000000000");
+        let first = Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            1_764_460_800,
+            0,
+        ));
+        let last = Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            1_764_547_199,
+            999_000_000,
+        ));
+        assert!(from <= first && last < to, "{from} {first} {last} {to}");
+        assert_eq!(day_bounds(day + 1).0, to);
+    }
+
+    #[test]
+    fn partition_names_round_trip_through_dates() {
+        assert_eq!(partition_name(0), "inbox_p19700101");
+        assert_eq!(partition_name(20_422), "inbox_p20251130");
+        assert_eq!(
+            partition_name(day_of_millis(951_782_400_000)),
+            "inbox_p20000229"
+        );
+        for day in [-1, 0, 59, 10_956, 20_422, 40_000] {
+            assert_eq!(day_of_partition(&partition_name(day)), Some(day));
+        }
+        for bad in [
+            "inbox_default",
+            "inbox_p2025120",
+            "inbox_p20251301",
+            "inbox_p2025023x",
+        ] {
+            assert_eq!(day_of_partition(bad), None, "{bad}");
+        }
+    }
+}
