@@ -47,7 +47,7 @@ pub enum Command {
     /// Remove inbox rows older than the retention, in small batches, and report what was removed.
     Cleanup(CleanupCommandArgs),
     /// Consume a topic and apply it to the database.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Write generated ledger records (with duplicates, bad input, overdrafts) to a topic.
     Produce(ProduceArgs),
     /// Run the whole pipeline against an in-process Kafka mock cluster and print what it did.

@@ -38,7 +38,7 @@ async fn main() -> std::process::ExitCode {
             print_settings(&loaded.settings);
             Ok(())
         }
-        Command::Run(args) => run(args).await,
+        Command::Run(args) => run(*args).await,
         Command::Produce(args) => produce(args).await,
         Command::Demo(args) => demo(args).await,
         Command::Verify(args) => verify(args).await,
