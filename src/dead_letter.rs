@@ -35,13 +35,15 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in a fixed order (the index of [`ReasonCounts`]).
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 8] = [
         Reason::MissingId,
         Reason::InvalidId,
         Reason::EmptyPayload,
         Reason::InvalidPayload,
         Reason::InsufficientFunds,
         Reason::AmountOverflow,
+        Reason::HandlerError,
+        Reason::OutsideDedupWindow,
     ];
 
     /// The stable text stored in the database.
@@ -64,6 +66,10 @@ impl std::fmt::Display for Reason {
         f.write_str(self.as_str())
     }
 }
+
+// `ReasonCounts` indexes by discriminant: the last variant must be the last of `ALL` (the unit
+// test checks every position).
+const _: () = assert!(Reason::OutsideDedupWindow as usize + 1 == Reason::ALL.len());
 
 /// Dead letters of one transaction, counted by reason (indexed like [`Reason::ALL`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -175,6 +181,15 @@ mod tests {
     use super::*;
     use crate::message::Header;
     use bytes::Bytes;
+
+    #[test]
+    fn every_reason_is_counted_at_its_own_index() {
+        let names: std::collections::HashSet<_> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), Reason::ALL.len(), "no reason twice");
+        for (i, reason) in Reason::ALL.into_iter().enumerate() {
+            assert_eq!(reason as usize, i, "{reason}");
+        }
+    }
 
     #[test]
     fn headers_are_kept_losslessly() {

@@ -113,6 +113,16 @@ pub enum RunError {
         /// The failure.
         source: InboxError,
     },
+    /// A partition worker panicked (a bug); nothing after its last committed batch was stored.
+    #[error("partition worker of {topic}/{partition} panicked: {message}")]
+    WorkerPanic {
+        /// Topic of the partition.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The panic's message.
+        message: String,
+    },
     /// A record arrived outside its partition's queue; nothing was stored for it.
     #[error("record of partition {partition} at offset {offset} arrived on the main queue")]
     UnsplitPartition {

@@ -139,9 +139,15 @@ pub fn reject_outside_window<P>(decoded: &mut Decoded<P>, oldest_ms: i64) -> usi
     decoded.dead_letters.extend(old.into_iter().map(|m| {
         let created = crate::retention::days::v7_millis(&m.id).unwrap_or_default();
         let detail = format!(
-            "UUIDv7 created at {created} ms since the epoch, before the dedup window's start at              {oldest_ms} ms: its inbox row may have expired"
+            "UUIDv7 created at {created} ms since the epoch, before the dedup window's start at \
+             {oldest_ms} ms: its inbox row may have expired"
         );
-        DeadLetter::new(m.raw, Some(m.id.to_string()), Reason::OutsideDedupWindow, detail)
+        DeadLetter::new(
+            m.raw,
+            Some(m.id.to_string()),
+            Reason::OutsideDedupWindow,
+            detail,
+        )
     }));
     decoded.dead_letters.sort_by_key(|d| d.raw.offset);
     decoded.dead_letters.len() - before

@@ -1,11 +1,13 @@
 //! Wiring: a group member, an inbox and one worker per assigned partition.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -164,11 +166,28 @@ fn spawner<H: Handler>(
         let assigned = stats.telemetry.partition_assigned();
         let join = tokio::spawn(async move {
             let _assigned = assigned;
-            if let Err(e) = worker.run(queue_input(topic, &queue), token).await {
+            let run = AssertUnwindSafe(worker.run(queue_input(topic.clone(), &queue), token));
+            let result = run.catch_unwind().await.unwrap_or_else(|panic| {
+                Err(RunError::WorkerPanic {
+                    topic: topic.to_string(),
+                    partition,
+                    message: panic_message(panic.as_ref()),
+                })
+            });
+            if let Err(e) = result {
                 tracing::error!(partition, "partition worker stopped: {e}");
                 let _ = failures.send(e);
             }
         });
         WorkerHandle { stop, at_eof, join }
     })
+}
+
+/// The text of a panic's payload (`panic!` with a literal or a formatted message).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
