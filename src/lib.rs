@@ -20,6 +20,7 @@
 //! A service implements [`Handler`]; [`ledger::Ledger`] is the reference implementation.
 
 pub mod batcher;
+pub mod chaos;
 pub mod config;
 pub mod consumer;
 pub mod db;
@@ -36,6 +37,7 @@ pub mod metrics;
 pub mod offsets;
 pub mod processor;
 pub mod produce;
+pub mod progress;
 pub mod stats;
 pub mod summary;
 pub mod verify;

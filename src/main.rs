@@ -36,6 +36,7 @@ async fn main() -> std::process::ExitCode {
             .map(|files| files.iter().for_each(|f| println!("wrote {}", f.display())))
             .map_err(Into::into),
         Command::CopyCeiling(args) => copy_ceiling(args).await,
+        Command::Chaos(args) => return chaos(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -61,13 +62,28 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let started = std::time::Instant::now();
-    let stats = batch_inbox::run(
+    let stats = Arc::new(batch_inbox::stats::Stats::default());
+    let progress = match (&args.report, args.report_every_ms) {
+        (Some(path), Some(ms)) => Some(batch_inbox::progress::spawn_writer(
+            path.clone(),
+            args.label.clone(),
+            stats.clone(),
+            std::time::Duration::from_millis(ms.max(1)),
+        )),
+        _ => None,
+    };
+    let result = batch_inbox::processor::run_with_stats(
         args.processor(),
         pool.clone(),
         Arc::new(Ledger),
+        stats.clone(),
         shutdown_signal(),
     )
-    .await?;
+    .await;
+    if let Some(writer) = progress {
+        writer.abort();
+    }
+    result?;
     let s = stats.snapshot();
     let secs = started.elapsed().as_secs_f64();
     println!(
@@ -287,6 +303,18 @@ async fn copy_ceiling(args: CopyCeilingArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// `chaos`: exit 0 on PASS, 1 when an invariant is violated, 2 when the run itself failed.
+async fn chaos(args: batch_inbox::chaos::ChaosArgs) -> std::process::ExitCode {
+    match batch_inbox::chaos::run(args).await {
+        Ok(report) if report.passed => std::process::ExitCode::SUCCESS,
+        Ok(_) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: chaos run failed: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
 }
 
 async fn shutdown_signal() {
