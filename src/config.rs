@@ -168,6 +168,14 @@ pub struct RunArgs {
     /// --expect`); exit 1 when they differ.
     #[arg(long, value_name = "FILE")]
     pub expect: Option<std::path::PathBuf>,
+    /// TEST-ONLY CONTROL, UNSAFE: store offsets before the database commit, so faults lose
+    /// messages. Exists to show that fault checks can fail.
+    #[arg(long, hide = true, env = "BATCH_INBOX_UNSAFE_OFFSETS_BEFORE_COMMIT")]
+    pub unsafe_offsets_before_commit: bool,
+    /// TEST-ONLY CONTROL, UNSAFE: no deduplication and no inbox rows, so redeliveries are
+    /// applied twice. Exists to show that fault checks can fail.
+    #[arg(long, hide = true, env = "BATCH_INBOX_UNSAFE_NO_INBOX")]
+    pub unsafe_no_inbox: bool,
 }
 
 /// Input shape of `produce` and `demo`.
@@ -270,6 +278,8 @@ impl PipelineArgs {
                 linger: Duration::from_millis(self.batch_linger_ms),
             },
             retry: RetryPolicy::default(),
+            unsafe_offsets_before_commit: false,
+            unsafe_no_inbox: false,
         }
     }
 
@@ -298,6 +308,8 @@ impl RunArgs {
         };
         let mut config = self.pipeline.processor(kafka, self.exit_on_eof);
         config.exit_after_records = self.exit_after_records;
+        config.worker.unsafe_offsets_before_commit = self.unsafe_offsets_before_commit;
+        config.worker.unsafe_no_inbox = self.unsafe_no_inbox;
         config
     }
 }
@@ -372,5 +384,28 @@ mod tests {
         let config = p.kafka.client_config();
         assert_eq!(config.get("enable.auto.offset.store"), Some("false"));
         assert_eq!(config.get("fetch.min.bytes"), Some("1"));
+    }
+
+    #[test]
+    fn unsafe_controls_are_hidden_and_off_by_default() {
+        let Command::Run(run) = parse(&["run"]).unwrap().command else {
+            panic!("not run")
+        };
+        let w = run.processor().worker;
+        assert!(!w.unsafe_offsets_before_commit && !w.unsafe_no_inbox);
+        let Command::Run(run) =
+            parse(&["run", "--unsafe-offsets-before-commit", "--unsafe-no-inbox"])
+                .unwrap()
+                .command
+        else {
+            panic!("not run")
+        };
+        let w = run.processor().worker;
+        assert!(w.unsafe_offsets_before_commit && w.unsafe_no_inbox);
+        let help = parse(&["run", "--help"]).unwrap_err().to_string();
+        assert!(
+            help.contains("--batch-size") && !help.contains("unsafe"),
+            "{help}"
+        );
     }
 }

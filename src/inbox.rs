@@ -78,6 +78,7 @@ pub struct Inbox<H: Handler> {
     pool: Pool,
     handler: Arc<H>,
     id_header: Arc<str>,
+    unsafe_no_inbox: bool,
 }
 
 impl<H: Handler> Inbox<H> {
@@ -87,7 +88,15 @@ impl<H: Handler> Inbox<H> {
             pool,
             handler,
             id_header: id_header.into(),
+            unsafe_no_inbox: false,
         }
+    }
+
+    /// TEST-ONLY, UNSAFE: when `on`, every message is treated as new: the dedup statement is
+    /// skipped and the inbox is not written, so redeliveries are applied again.
+    pub fn with_unsafe_no_inbox(mut self, on: bool) -> Self {
+        self.unsafe_no_inbox = on;
+        self
     }
 
     /// Splits a batch into handler messages and dead letters. Done once per batch, before any
@@ -104,6 +113,16 @@ impl<H: Handler> Inbox<H> {
         batch: &Decoded<H::Payload>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
+        if self.unsafe_no_inbox {
+            return apply_batch_without_inbox(
+                &mut client,
+                self.handler.as_ref(),
+                topic,
+                partition,
+                batch,
+            )
+            .await;
+        }
         apply_batch(&mut client, self.handler.as_ref(), topic, partition, batch).await
     }
 
@@ -115,6 +134,16 @@ impl<H: Handler> Inbox<H> {
         record: &Decoded<H::Payload>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
+        if self.unsafe_no_inbox {
+            return apply_batch_without_inbox(
+                &mut client,
+                self.handler.as_ref(),
+                topic,
+                partition,
+                record,
+            )
+            .await;
+        }
         apply_one(&mut client, self.handler.as_ref(), topic, partition, record).await
     }
 }
@@ -159,6 +188,36 @@ pub async fn apply_batch<H: Handler>(
         invalid: batch.dead_letters.len() as u64,
         dead_letters_written: written,
         timings,
+    })
+}
+
+/// The UNSAFE control: the batched transaction without dedup (every record is new, in-batch
+/// copies included) and without inbox rows. Only for showing that fault checks detect double
+/// application.
+async fn apply_batch_without_inbox<H: Handler>(
+    client: &mut Client,
+    handler: &H,
+    topic: &str,
+    partition: i32,
+    batch: &Decoded<H::Payload>,
+) -> Result<TxOutcome, InboxError> {
+    let tx = client.transaction().await?;
+    let rejections = handler.handle(&tx, &batch.messages).await?;
+    let mut letters = batch.dead_letters.clone();
+    letters.extend(
+        rejections
+            .iter()
+            .filter_map(|r| rejected_letter(&batch.messages, r)),
+    );
+    let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
+    tx.commit().await?;
+    Ok(TxOutcome {
+        received: (batch.messages.len() + batch.dead_letters.len()) as u64,
+        new: batch.messages.len() as u64,
+        rejected: rejections.len() as u64,
+        invalid: batch.dead_letters.len() as u64,
+        dead_letters_written: written,
+        ..TxOutcome::default()
     })
 }
 

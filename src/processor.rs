@@ -56,7 +56,11 @@ pub async fn run_with_stats<H: Handler>(
     stats: Arc<Stats>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
-    let inbox = Arc::new(Inbox::new(pool, handler, config.id_header.as_str()));
+    warn_unsafe(&config.worker);
+    let inbox = Arc::new(
+        Inbox::new(pool, handler, config.id_header.as_str())
+            .with_unsafe_no_inbox(config.worker.unsafe_no_inbox),
+    );
     let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
     let member = GroupMember::new(&config.kafka, config.revoke_timeout, |consumer| {
         spawner(consumer, inbox, config.worker, stats.clone(), fail_tx)
@@ -70,6 +74,22 @@ pub async fn run_with_stats<H: Handler>(
     let result = member.poll_until(shutdown, &mut fail_rx, finished).await;
     member.shutdown().await;
     result
+}
+
+/// The unsafe controls exist for fault tests only: say so loudly.
+fn warn_unsafe(settings: &WorkerSettings) {
+    if settings.unsafe_offsets_before_commit {
+        tracing::warn!(
+            "UNSAFE: --unsafe-offsets-before-commit is set: offsets are stored BEFORE the database \
+             commit, so crashes and failures LOSE messages. Test-only control; never use it in production."
+        );
+    }
+    if settings.unsafe_no_inbox {
+        tracing::warn!(
+            "UNSAFE: --unsafe-no-inbox is set: no deduplication, redelivered messages are APPLIED \
+             TWICE. Test-only control; never use it in production."
+        );
+    }
 }
 
 fn spawner<H: Handler>(

@@ -80,6 +80,13 @@ pub struct WorkerSettings {
     pub batcher: BatcherSettings,
     /// Retry schedule.
     pub retry: RetryPolicy,
+    /// TEST-ONLY, UNSAFE: store a batch's offsets before its transaction runs (the classic
+    /// at-most-once bug), so a crash or failure loses the batch. Exists so that fault tests can
+    /// show their checker detects loss.
+    pub unsafe_offsets_before_commit: bool,
+    /// TEST-ONLY, UNSAFE: skip the dedup statement and do not write the inbox, so redeliveries
+    /// are applied twice. Exists so that fault tests can show their checker detects it.
+    pub unsafe_no_inbox: bool,
 }
 
 /// The state of one assigned partition.
@@ -204,6 +211,9 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         let last = batch.items.last().map(|m| m.offset);
         let timestamps: Vec<Option<i64>> = batch.items.iter().map(|m| m.timestamp_ms).collect();
         let (topic, partition) = (self.topic.clone(), self.partition);
+        if self.settings.unsafe_offsets_before_commit && self.settings.mode != Mode::PerMessage {
+            self.store_offset(last);
+        }
         match self.settings.mode {
             Mode::Batched => {
                 let decoded = self.inbox.decode(batch.items);
@@ -229,6 +239,9 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             Mode::PerMessage => {
                 for (raw, stamp) in batch.items.into_iter().zip(timestamps) {
                     let offset = raw.offset;
+                    if self.settings.unsafe_offsets_before_commit {
+                        self.store_offset(Some(offset));
+                    }
                     let decoded = self.inbox.decode(vec![raw]);
                     let inbox = &self.inbox;
                     let outcome = self
@@ -303,13 +316,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         let committed_at = std::time::SystemTime::now();
         self.stats.record(outcome);
         let store_started = std::time::Instant::now();
-        if let Some(next) = last_offset.and_then(|o| self.tracker.committed_through(o)) {
-            if let Err(e) = self.sink.store(&self.topic, self.partition, next) {
-                // The partition was revoked meanwhile: its new owner replays from the last
-                // commit and the inbox skips what this batch applied.
-                tracing::warn!(topic = %self.topic, partition = self.partition, next, "offset not stored: {e}");
-            }
-        }
+        self.store_offset(last_offset);
         let sample = BatchSample {
             opened,
             closed,
@@ -318,6 +325,19 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             timestamps_ms,
         };
         self.stats.metrics.record_batch(&sample, committed_at);
+    }
+}
+
+impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
+    /// Stores the position after `last_offset` when it moves forward.
+    fn store_offset(&mut self, last_offset: Option<i64>) {
+        if let Some(next) = last_offset.and_then(|o| self.tracker.committed_through(o)) {
+            if let Err(e) = self.sink.store(&self.topic, self.partition, next) {
+                // The partition was revoked meanwhile: its new owner replays from the last
+                // commit and the inbox skips what this batch applied.
+                tracing::warn!(topic = %self.topic, partition = self.partition, next, "offset not stored: {e}");
+            }
+        }
     }
 }
 

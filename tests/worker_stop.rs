@@ -95,6 +95,8 @@ async fn nothing_commits_after_a_batch_abandoned_at_shutdown() {
             linger: Duration::from_secs(60),
         },
         retry: RetryPolicy::default(),
+        unsafe_offsets_before_commit: false,
+        unsafe_no_inbox: false,
     };
     let worker = PartitionWorker::new(
         Arc::from("t"),

@@ -155,6 +155,8 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
                 initial: Duration::from_millis(20),
                 max: Duration::from_millis(500),
             },
+            unsafe_offsets_before_commit: false,
+            unsafe_no_inbox: false,
         },
         id_header: "id".to_owned(),
         exit_on_eof: true,
