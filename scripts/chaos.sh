@@ -17,8 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-# What the control run turns on: offsets stored before the database commit, and no inbox.
-UNSAFE_FLAGS=(--unsafe-offsets-before-commit --unsafe-no-inbox)
+# What the control run turns on (override with UNSAFE_FLAGS="..."): offsets stored before the
+# database commit (loses messages), and no inbox (applies redeliveries twice).
+read -ra UNSAFE_FLAGS <<<"${UNSAFE_FLAGS:---unsafe-offsets-before-commit --unsafe-no-inbox}"
 
 unsafe=0 brokers="${KAFKA_BROKERS:-}" args=()
 while [ $# -gt 0 ]; do

@@ -270,6 +270,12 @@ mod tests {
         };
         assert!(lag_zero(&[at(Some(5), 5)]).ok);
         assert!(!lag_zero(&[at(Some(4), 5)]).ok);
+        let ahead = lag_zero(&[at(Some(6), 5)]);
+        assert!(
+            ahead.ok && ahead.detail.contains("past the broker's"),
+            "{}",
+            ahead.detail
+        );
         assert!(!lag_zero(&[at(None, 5)]).ok);
         assert!(lag_zero(&[at(None, 0)]).ok);
         assert!(!lag_zero(&[]).ok);

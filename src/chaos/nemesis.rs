@@ -2,7 +2,8 @@
 //!
 //! Faults: SIGKILL a processor (restarted after a short delay), SIGSTOP one past the session
 //! timeout then SIGCONT, crash-restart the database (`-m immediate`), start an extra member, stop
-//! a member gracefully (SIGTERM). Invariant: every kind that can run is injected at least once
+//! a member gracefully (SIGTERM); the first database outage, and half the later ones, also kill a member while its batch
+//! waits for the database. Invariant: every kind that can run is injected at least once
 //! (the first faults are a seeded permutation of the kinds), and every random choice comes from
 //! the seed, so a failing seed replays the same schedule (process timings still vary).
 
@@ -248,6 +249,13 @@ impl Nemesis {
             return Ok(());
         };
         let down = secs(&mut self.rng, 0.5, 4.0);
+        // The first outage, and half of the later ones, also kill a member once its client had
+        // time to commit offsets (auto commit: every second) while its batches wait for the
+        // database: a compound fault.
+        let first = !self.events.iter().any(|e| e.fault == Fault::RestartDb);
+        let kill_after =
+            (first || self.rng.random_bool(0.5)).then(|| secs(&mut self.rng, 1.2, 2.0));
+        let down = kill_after.map_or(down, |k| down.max(k + Duration::from_millis(300)));
         self.record(
             Fault::RestartDb,
             format!("immediate stop, down for {down:.1?}"),
@@ -255,7 +263,13 @@ impl Nemesis {
         tokio::task::spawn_blocking(move || shell(&stop))
             .await
             .map_err(|e| e.to_string())??;
-        tokio::time::sleep(down).await;
+        if let Some(k) = kill_after {
+            tokio::time::sleep(k).await;
+            self.kill();
+            tokio::time::sleep(down - k).await;
+        } else {
+            tokio::time::sleep(down).await;
+        }
         tokio::task::spawn_blocking(move || shell(&start))
             .await
             .map_err(|e| e.to_string())?

@@ -61,9 +61,16 @@ pub struct PartitionLag {
 }
 
 impl PartitionLag {
-    /// Records not yet committed.
+    /// Records not yet committed. A committed offset past the high watermark counts as no lag:
+    /// the processor commits the offset after a record it received, so the record exists (some
+    /// brokers, tansu among them, can report a high watermark below the records they served).
     pub fn lag(&self) -> i64 {
-        self.high_watermark - self.committed.unwrap_or(0)
+        (self.high_watermark - self.committed.unwrap_or(0)).max(0)
+    }
+
+    /// The committed offset is past the high watermark.
+    pub fn ahead(&self) -> bool {
+        self.committed.is_some_and(|c| c > self.high_watermark)
     }
 }
 
