@@ -7,3 +7,5 @@ source scripts/lib.sh
 ensure_postgres
 ensure_tansu
 cargo test "$@"
+# The crash tests need the binary built with failpoints (off in every other build).
+cargo test --features failpoints --test faults "$@"

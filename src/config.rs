@@ -168,6 +168,11 @@ pub struct RunArgs {
     /// --expect`); exit 1 when they differ.
     #[arg(long, value_name = "FILE")]
     pub expect: Option<std::path::PathBuf>,
+    /// Store each partition's next offset in the database, in the batch's transaction, and
+    /// start an assigned partition there when it is ahead of Kafka's committed offset (no
+    /// replay after a crash). `--offsets-in-db=false`: Kafka's committed offsets only.
+    #[arg(long, env = "BATCH_INBOX_OFFSETS_IN_DB", default_value_t = true, action = clap::ArgAction::Set)]
+    pub offsets_in_db: bool,
     /// TEST-ONLY CONTROL, UNSAFE: store offsets before the database commit, so faults lose
     /// messages. Exists to show that fault checks can fail.
     #[arg(long, hide = true, env = "BATCH_INBOX_UNSAFE_OFFSETS_BEFORE_COMMIT")]
@@ -292,6 +297,7 @@ impl PipelineArgs {
             exit_on_eof,
             exit_after_records: None,
             revoke_timeout: Duration::from_secs(30),
+            offsets_in_db: true,
         }
     }
 }
@@ -310,6 +316,7 @@ impl RunArgs {
         config.exit_after_records = self.exit_after_records;
         config.worker.unsafe_offsets_before_commit = self.unsafe_offsets_before_commit;
         config.worker.unsafe_no_inbox = self.unsafe_no_inbox;
+        config.offsets_in_db = self.offsets_in_db;
         config
     }
 }
@@ -393,6 +400,14 @@ mod tests {
         };
         let w = run.processor().worker;
         assert!(!w.unsafe_offsets_before_commit && !w.unsafe_no_inbox);
+        assert!(
+            run.processor().offsets_in_db,
+            "offsets in the database by default"
+        );
+        let Command::Run(run) = parse(&["run", "--offsets-in-db=false"]).unwrap().command else {
+            panic!("not run")
+        };
+        assert!(!run.processor().offsets_in_db);
         let Command::Run(run) =
             parse(&["run", "--unsafe-offsets-before-commit", "--unsafe-no-inbox"])
                 .unwrap()

@@ -5,7 +5,9 @@
 //! at revoke and at shutdown. Partition queues are split inside the rebalance callback, *before*
 //! the assignment takes effect, so no record of an assigned partition ever reaches the main queue
 //! and order within a partition is kept. On revoke, the partition's worker commits what it has
-//! read and stops before the revoke returns.
+//! read and stops before the revoke returns. Before an assignment takes effect, an
+//! [`AssignHook`] may set start offsets in it (the processor's one starts from offsets stored in
+//! the database when they are ahead of Kafka's).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -19,16 +21,19 @@ use futures::StreamExt;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, RebalanceProtocol,
+    StreamConsumer,
 };
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message as _, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::RunError;
+use crate::failpoint::failpoint;
 use crate::message::{Header, RawMessage};
 use crate::worker::{Input, OffsetSink};
 
@@ -88,6 +93,10 @@ impl KafkaSettings {
 pub type Spawner =
     Box<dyn Fn(Arc<str>, i32, StreamPartitionQueue<GroupContext>) -> WorkerHandle + Send + Sync>;
 
+/// Called with each new assignment before it takes effect; may set partitions' start offsets.
+pub type AssignHook =
+    Box<dyn Fn(&BaseConsumer<GroupContext>, &mut TopicPartitionList) + Send + Sync>;
+
 /// A running partition worker, as the group member sees it.
 pub struct WorkerHandle {
     /// Cancelled to ask the worker to commit what it read and stop.
@@ -103,6 +112,7 @@ pub struct WorkerHandle {
 pub struct GroupContext {
     consumer: OnceLock<Weak<KafkaConsumer>>,
     spawner: OnceLock<Spawner>,
+    on_assign: OnceLock<AssignHook>,
     workers: Mutex<HashMap<(Arc<str>, i32), WorkerHandle>>,
     /// How long a revoke waits for a partition's in-flight batch.
     pub revoke_timeout: Duration,
@@ -119,6 +129,44 @@ impl ClientContext for GroupContext {
 }
 
 impl ConsumerContext for GroupContext {
+    /// rdkafka's rebalance, with one step added: before an assignment takes effect, the
+    /// [`AssignHook`] may set start offsets in it (offsets stored in the database).
+    fn rebalance(
+        &self,
+        base: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(base.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                if let Some(hook) = self.on_assign.get() {
+                    hook(base, tpl);
+                }
+                self.pre_rebalance(base, &Rebalance::Assign(tpl));
+                match cooperative {
+                    true => base.incremental_assign(tpl),
+                    false => base.assign(tpl),
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.pre_rebalance(base, &Rebalance::Revoke(tpl));
+                match cooperative {
+                    true => base.incremental_unassign(tpl),
+                    false => base.unassign(),
+                }
+            }
+            e => {
+                let error = KafkaError::Rebalance(e.into());
+                self.pre_rebalance(base, &Rebalance::Error(error));
+                base.unassign()
+            }
+        };
+        if let Err(e) = result {
+            tracing::error!("rebalance: cannot apply the assignment: {e}");
+        }
+    }
+
     fn pre_rebalance(&self, _base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => self.assign(tpl),
@@ -129,7 +177,10 @@ impl ConsumerContext for GroupContext {
 
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         match result {
-            Ok(()) => tracing::debug!("offsets committed: {offsets:?}"),
+            Ok(()) => {
+                tracing::debug!("offsets committed: {offsets:?}");
+                failpoint!("after_offset_commit");
+            }
             Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
             Err(e) => {
                 tracing::warn!("offset commit failed (will be retried by the next commit): {e}")
@@ -304,6 +355,7 @@ impl GroupMember {
         settings: &KafkaSettings,
         revoke_timeout: Duration,
         spawn: impl FnOnce(Weak<KafkaConsumer>) -> Spawner,
+        on_assign: Option<AssignHook>,
     ) -> Result<Self, RunError> {
         let context = GroupContext {
             revoke_timeout,
@@ -314,6 +366,9 @@ impl GroupMember {
         let weak = Arc::downgrade(&consumer);
         let _ = consumer.context().consumer.set(weak.clone());
         let _ = consumer.context().spawner.set(spawn(weak));
+        if let Some(hook) = on_assign {
+            let _ = consumer.context().on_assign.set(hook);
+        }
         consumer.subscribe(&[&settings.topic])?;
         Ok(Self { consumer })
     }

@@ -40,6 +40,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "balances_fillfactor",
         sql: include_str!("../migrations/0003_balances_fillfactor.sql"),
     },
+    Migration {
+        version: 4,
+        name: "consumer_offsets",
+        sql: include_str!("../migrations/0004_consumer_offsets.sql"),
+    },
 ];
 
 /// Arbitrary constant identifying the migration lock among advisory locks.

@@ -25,6 +25,9 @@ pub enum Reason {
     InsufficientFunds,
     /// The ledger rejected an amount that would overflow the balance.
     AmountOverflow,
+    /// The handler failed on this message alone for a reason retrying cannot fix (a poison
+    /// message, isolated by bisecting its batch); `detail` holds the error.
+    HandlerError,
 }
 
 impl Reason {
@@ -37,6 +40,7 @@ impl Reason {
             Reason::InvalidPayload => "invalid_payload",
             Reason::InsufficientFunds => "insufficient_funds",
             Reason::AmountOverflow => "amount_overflow",
+            Reason::HandlerError => "handler_error",
         }
     }
 }

@@ -23,10 +23,15 @@ use uuid::Uuid;
 
 use crate::dead_letter::{self, DeadLetter};
 use crate::error::InboxError;
+use crate::failpoint::failpoint;
 use crate::handler::{Handler, Rejection};
 use crate::message::{decode_batch, dedup_in_batch, Decoded, Message, RawMessage};
 use crate::metrics::StageTimings;
+use crate::offset_table::{self, upsert_offset, OffsetTarget};
 use crate::Transaction;
+
+mod variants;
+use variants::apply_without_inbox;
 
 /// How messages are grouped into transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -53,6 +58,8 @@ pub struct TxOutcome {
     pub duplicates: u64,
     /// New messages the handler rejected.
     pub rejected: u64,
+    /// New messages the handler failed on alone (poison), dead-lettered without being applied.
+    pub poisoned: u64,
     /// Records that could not be decoded.
     pub invalid: u64,
     /// Dead-letter rows written (fewer than rejected + invalid on redelivery).
@@ -61,23 +68,47 @@ pub struct TxOutcome {
     pub timings: StageTimings,
 }
 
-const INSERT_IDS: &str = "\
-INSERT INTO inbox (message_id, topic, partition, \"offset\")
+macro_rules! insert_ids {
+    () => {
+        "INSERT INTO inbox (message_id, topic, partition, \"offset\")
 SELECT id, $2, $3, o FROM unnest($1::uuid[], $4::bigint[]) WITH ORDINALITY AS t(id, o, n)
 ORDER BY n
 ON CONFLICT (message_id) DO NOTHING
-RETURNING message_id";
+RETURNING message_id"
+    };
+}
 
-const INSERT_ONE_ID: &str = "\
-INSERT INTO inbox (message_id, topic, partition, \"offset\") VALUES ($1, $2, $3, $4)
+macro_rules! insert_one_id {
+    () => {
+        "INSERT INTO inbox (message_id, topic, partition, \"offset\") VALUES ($1, $2, $3, $4)
 ON CONFLICT (message_id) DO NOTHING
-RETURNING message_id";
+RETURNING message_id"
+    };
+}
+
+const INSERT_IDS: &str = insert_ids!();
+const INSERT_ONE_ID: &str = insert_one_id!();
+// The same statements, also upserting the partition's next offset ($5 group, $6 next offset) in
+// a data-modifying CTE: offsets in the database cost no extra round trip.
+const INSERT_IDS_AND_OFFSET: &str = concat!(
+    "WITH stored AS (",
+    upsert_offset!("$5", "$2", "$3", "$6"),
+    ") ",
+    insert_ids!()
+);
+const INSERT_ONE_ID_AND_OFFSET: &str = concat!(
+    "WITH stored AS (",
+    upsert_offset!("$5", "$2", "$3", "$6"),
+    ") ",
+    insert_one_id!()
+);
 
 /// Runs inbox transactions for one handler.
 pub struct Inbox<H: Handler> {
     pool: Pool,
     handler: Arc<H>,
     id_header: Arc<str>,
+    offsets_group: Option<Arc<str>>,
     unsafe_no_inbox: bool,
 }
 
@@ -88,8 +119,30 @@ impl<H: Handler> Inbox<H> {
             pool,
             handler,
             id_header: id_header.into(),
+            offsets_group: None,
             unsafe_no_inbox: false,
         }
+    }
+
+    /// Also records each partition's next offset for consumer group `group` in
+    /// `consumer_offsets`, in the same transaction as the batch (`None`: Kafka only).
+    pub fn with_offsets_in_db(mut self, group: Option<&str>) -> Self {
+        self.offsets_group = group.map(Arc::from);
+        self
+    }
+
+    /// The consumer group whose offsets this inbox records, if it records them.
+    pub fn offsets_group(&self) -> Option<&str> {
+        self.offsets_group.as_deref()
+    }
+
+    fn target<P>(&self, batch: &Decoded<P>) -> Option<OffsetTarget<'_>> {
+        let group = self.offsets_group.as_deref()?;
+        let last = last_offset(batch)?;
+        Some(OffsetTarget {
+            group,
+            next_offset: last.checked_add(1)?,
+        })
     }
 
     /// TEST-ONLY, UNSAFE: when `on`, every message is treated as new: the dedup statement is
@@ -113,17 +166,12 @@ impl<H: Handler> Inbox<H> {
         batch: &Decoded<H::Payload>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
+        let (handler, target) = (self.handler.as_ref(), self.target(batch));
         if self.unsafe_no_inbox {
-            return apply_batch_without_inbox(
-                &mut client,
-                self.handler.as_ref(),
-                topic,
-                partition,
-                batch,
-            )
-            .await;
+            return apply_without_inbox(&mut client, handler, (topic, partition), batch, target)
+                .await;
         }
-        apply_batch(&mut client, self.handler.as_ref(), topic, partition, batch).await
+        apply_batch(&mut client, handler, (topic, partition), batch, target).await
     }
 
     /// Applies one record in its own transaction (the per-message baseline).
@@ -134,27 +182,39 @@ impl<H: Handler> Inbox<H> {
         record: &Decoded<H::Payload>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
+        let (handler, target) = (self.handler.as_ref(), self.target(record));
         if self.unsafe_no_inbox {
-            return apply_batch_without_inbox(
-                &mut client,
-                self.handler.as_ref(),
-                topic,
-                partition,
-                record,
-            )
-            .await;
+            return apply_without_inbox(&mut client, handler, (topic, partition), record, target)
+                .await;
         }
-        apply_one(&mut client, self.handler.as_ref(), topic, partition, record).await
+        apply_one(&mut client, handler, (topic, partition), record, target).await
+    }
+
+    /// Records the messages of `part` as poison, without calling the handler: their ids go to
+    /// the inbox (so a redelivery is a duplicate, not a new failure) and each new one gets a
+    /// `handler_error` dead letter with `error` as detail, in one transaction that also writes
+    /// the part's undecodable records and its next offset.
+    pub async fn dead_letter_poison(
+        &self,
+        topic: &str,
+        partition: i32,
+        part: &Decoded<H::Payload>,
+        error: &str,
+    ) -> Result<TxOutcome, InboxError> {
+        let mut client = self.pool.get().await?;
+        let target = self.target(part);
+        variants::dead_letter_poison(&mut client, (topic, partition), part, error, target).await
     }
 }
 
-/// The batched inbox transaction over an explicit connection.
+/// The batched inbox transaction over an explicit connection; with a `target`, it also records
+/// the partition's next offset.
 pub async fn apply_batch<H: Handler>(
     client: &mut Client,
     handler: &H,
-    topic: &str,
-    partition: i32,
+    (topic, partition): (&str, i32),
     batch: &Decoded<H::Payload>,
+    target: Option<OffsetTarget<'_>>,
 ) -> Result<TxOutcome, InboxError> {
     let received = (batch.messages.len() + batch.dead_letters.len()) as u64;
     let mut unique: Vec<&Message<H::Payload>> = batch.messages.iter().collect();
@@ -163,7 +223,7 @@ pub async fn apply_batch<H: Handler>(
     let mut timings = StageTimings::default();
     let tx = client.transaction().await?;
     let mut clock = Instant::now();
-    let new_ids = insert_ids(&tx, topic, partition, &unique).await?;
+    let new_ids = insert_ids(&tx, (topic, partition), &unique, target).await?;
     timings.dedup = lap(&mut clock);
     let fresh: Vec<Message<H::Payload>> = unique
         .into_iter()
@@ -177,6 +237,7 @@ pub async fn apply_batch<H: Handler>(
     letters.extend(rejections.iter().filter_map(|r| rejected_letter(&fresh, r)));
     let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
     timings.dead_letters = lap(&mut clock);
+    failpoint!("before_commit");
     tx.commit().await?;
     timings.commit = lap(&mut clock);
 
@@ -185,40 +246,18 @@ pub async fn apply_batch<H: Handler>(
         new: fresh.len() as u64,
         duplicates: (batch.messages.len() - fresh.len()) as u64,
         rejected: rejections.len() as u64,
+        poisoned: 0,
         invalid: batch.dead_letters.len() as u64,
         dead_letters_written: written,
         timings,
     })
 }
 
-/// The UNSAFE control: the batched transaction without dedup (every record is new, in-batch
-/// copies included) and without inbox rows. Only for showing that fault checks detect double
-/// application.
-async fn apply_batch_without_inbox<H: Handler>(
-    client: &mut Client,
-    handler: &H,
-    topic: &str,
-    partition: i32,
-    batch: &Decoded<H::Payload>,
-) -> Result<TxOutcome, InboxError> {
-    let tx = client.transaction().await?;
-    let rejections = handler.handle(&tx, &batch.messages).await?;
-    let mut letters = batch.dead_letters.clone();
-    letters.extend(
-        rejections
-            .iter()
-            .filter_map(|r| rejected_letter(&batch.messages, r)),
-    );
-    let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
-    tx.commit().await?;
-    Ok(TxOutcome {
-        received: (batch.messages.len() + batch.dead_letters.len()) as u64,
-        new: batch.messages.len() as u64,
-        rejected: rejections.len() as u64,
-        invalid: batch.dead_letters.len() as u64,
-        dead_letters_written: written,
-        ..TxOutcome::default()
-    })
+/// The highest offset of a decoded batch's records.
+pub fn last_offset<P>(batch: &Decoded<P>) -> Option<i64> {
+    let a = batch.messages.iter().map(|m| m.raw.offset);
+    let b = batch.dead_letters.iter().map(|l| l.raw.offset);
+    a.chain(b).max()
 }
 
 fn lap(clock: &mut Instant) -> Duration {
@@ -228,13 +267,14 @@ fn lap(clock: &mut Instant) -> Duration {
     d
 }
 
-/// The per-message inbox transaction: `record` holds exactly one decoded record.
+/// The per-message inbox transaction: `record` holds exactly one decoded record; with a
+/// `target`, it also records the partition's next offset.
 pub async fn apply_one<H: Handler>(
     client: &mut Client,
     handler: &H,
-    topic: &str,
-    partition: i32,
+    (topic, partition): (&str, i32),
     record: &Decoded<H::Payload>,
+    target: Option<OffsetTarget<'_>>,
 ) -> Result<TxOutcome, InboxError> {
     let tx = client.transaction().await?;
     let mut clock = Instant::now();
@@ -245,11 +285,26 @@ pub async fn apply_one<H: Handler>(
     };
     let mut letters = record.dead_letters.clone();
     if let Some(message) = record.messages.first() {
-        let stmt = tx.prepare_cached(INSERT_ONE_ID).await?;
         let offset = message.raw.offset;
-        let row = tx
-            .query_opt(&stmt, &[&message.id, &topic, &partition, &offset])
-            .await?;
+        let row = match target {
+            None => {
+                let stmt = tx.prepare_cached(INSERT_ONE_ID).await?;
+                tx.query_opt(&stmt, &[&message.id, &topic, &partition, &offset])
+                    .await?
+            }
+            Some(t) => {
+                let stmt = tx.prepare_cached(INSERT_ONE_ID_AND_OFFSET).await?;
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+                    &message.id,
+                    &topic,
+                    &partition,
+                    &offset,
+                    &t.group,
+                    &t.next_offset,
+                ];
+                tx.query_opt(&stmt, &params).await?
+            }
+        };
         outcome.timings.dedup = lap(&mut clock);
         if row.is_some() {
             outcome.new = 1;
@@ -261,21 +316,29 @@ pub async fn apply_one<H: Handler>(
             outcome.duplicates = 1;
         }
         outcome.timings.handler = lap(&mut clock);
+    } else if let Some(t) = target {
+        offset_table::store(&tx, topic, partition, t).await?;
     }
     outcome.dead_letters_written = dead_letter::insert(&tx, topic, partition, &letters).await?;
     outcome.timings.dead_letters = lap(&mut clock);
+    failpoint!("before_commit");
     tx.commit().await?;
     outcome.timings.commit = lap(&mut clock);
     Ok(outcome)
 }
 
+/// Inserts the ids, returns those that were new; also records `target` when given (in the same
+/// statement, or alone when there are no ids).
 async fn insert_ids<P>(
     tx: &Transaction<'_>,
-    topic: &str,
-    partition: i32,
+    (topic, partition): (&str, i32),
     messages: &[&Message<P>],
+    target: Option<OffsetTarget<'_>>,
 ) -> Result<HashSet<Uuid>, InboxError> {
     if messages.is_empty() {
+        if let Some(t) = target {
+            offset_table::store(tx, topic, partition, t).await?;
+        }
         return Ok(HashSet::new());
     }
     // Insert in id order: two transactions inserting overlapping ids then wait on each other in
@@ -283,10 +346,19 @@ async fn insert_ids<P>(
     let mut pairs: Vec<(Uuid, i64)> = messages.iter().map(|m| (m.id, m.raw.offset)).collect();
     pairs.sort_unstable();
     let (ids, offsets): (Vec<Uuid>, Vec<i64>) = pairs.into_iter().unzip();
-    let stmt = tx.prepare_cached(INSERT_IDS).await?;
-    let rows = tx
-        .query(&stmt, &[&ids, &topic, &partition, &offsets])
-        .await?;
+    let rows = match target {
+        None => {
+            let stmt = tx.prepare_cached(INSERT_IDS).await?;
+            tx.query(&stmt, &[&ids, &topic, &partition, &offsets])
+                .await?
+        }
+        Some(t) => {
+            let stmt = tx.prepare_cached(INSERT_IDS_AND_OFFSET).await?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+                [&ids, &topic, &partition, &offsets, &t.group, &t.next_offset];
+            tx.query(&stmt, &params).await?
+        }
+    };
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 

@@ -8,7 +8,8 @@
 //!            ─► decoder (id header → UUID, value → payload; bad → dead letter)
 //!            ─► inbox transaction, one per batch:
 //!                 in-batch dedup · INSERT … unnest … ON CONFLICT DO NOTHING RETURNING
-//!                 · handler(tx, new messages only) · dead letters · COMMIT
+//!                 · handler(tx, new messages only) · dead letters
+//!                 · the partition's next offset (consumer_offsets) · COMMIT
 //!            ─► offset store (only after COMMIT) ─► Kafka offset commit
 //! ```
 //!
@@ -27,6 +28,7 @@ pub mod db;
 pub mod dead_letter;
 pub mod demo;
 pub mod error;
+pub mod failpoint;
 pub mod generate;
 pub mod handler;
 pub mod inbox;
@@ -34,10 +36,12 @@ pub mod ledger;
 pub mod measure;
 pub mod message;
 pub mod metrics;
+pub mod offset_table;
 pub mod offsets;
 pub mod processor;
 pub mod produce;
 pub mod progress;
+pub mod resume;
 pub mod stats;
 pub mod summary;
 pub mod verify;

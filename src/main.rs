@@ -19,6 +19,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Failpoints (fault tests only) are configured by the FAILPOINTS environment variable.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -89,6 +92,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     println!(
         "records {} new {} duplicates {} dead-lettered {} (invalid {}, rejected {}) transactions {} retries {} in {secs:.1}s",
         s.records, s.new, s.duplicates, s.invalid + s.rejected, s.invalid, s.rejected, s.transactions, s.retries
+    );
+    println!(
+        "poisoned {} (failed attempts {}) replays avoided {} offsets refused {}",
+        s.poisoned, s.poison_failures, s.replays_avoided, s.offsets_refused
     );
     let mut report = stats.metrics.report(&args.label, s);
     if let (Some(before), Some(after)) = (statements_before, measure::statement_count(&pool).await)

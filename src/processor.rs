@@ -15,6 +15,7 @@ use crate::consumer::{
 use crate::error::RunError;
 use crate::handler::Handler;
 use crate::inbox::Inbox;
+use crate::resume;
 use crate::stats::Stats;
 use crate::worker::{PartitionWorker, WorkerSettings};
 
@@ -33,6 +34,9 @@ pub struct ProcessorConfig {
     pub exit_after_records: Option<u64>,
     /// How long a revoke waits for a partition's in-flight batch.
     pub revoke_timeout: Duration,
+    /// Each batch's transaction also stores the partition's next offset in `consumer_offsets`,
+    /// and an assigned partition starts there when it is ahead of Kafka's committed offset.
+    pub offsets_in_db: bool,
 }
 
 /// Consumes `config.kafka.topic` and applies it with `handler` until `shutdown` resolves (or,
@@ -58,13 +62,17 @@ pub async fn run_with_stats<H: Handler>(
 ) -> Result<(), RunError> {
     warn_unsafe(&config.worker);
     let inbox = Arc::new(
-        Inbox::new(pool, handler, config.id_header.as_str())
-            .with_unsafe_no_inbox(config.worker.unsafe_no_inbox),
+        Inbox::new(pool.clone(), handler, config.id_header.as_str())
+            .with_unsafe_no_inbox(config.worker.unsafe_no_inbox)
+            .with_offsets_in_db(config.offsets_in_db.then_some(config.kafka.group.as_str())),
     );
+    let on_assign = config.offsets_in_db.then(|| {
+        let group = Arc::from(config.kafka.group.as_str());
+        resume::from_database(pool.clone(), group, stats.clone())
+    });
     let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
-    let member = GroupMember::new(&config.kafka, config.revoke_timeout, |consumer| {
-        spawner(consumer, inbox, config.worker, stats.clone(), fail_tx)
-    })?;
+    let spawn = |consumer| spawner(consumer, inbox, config.worker, stats.clone(), fail_tx);
+    let member = GroupMember::new(&config.kafka, config.revoke_timeout, spawn, on_assign)?;
     let (exit_on_eof, limit) = (config.exit_on_eof, config.exit_after_records);
     let counted = stats.clone();
     let finished = move |group: &GroupContext| {

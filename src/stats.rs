@@ -23,6 +23,15 @@ pub struct Stats {
     pub transactions: AtomicU64,
     /// Attempts that failed and were retried.
     pub retries: AtomicU64,
+    /// New messages dead-lettered as poison (the handler failed on them alone).
+    pub poisoned: AtomicU64,
+    /// Transactions that failed for a non-transient handler error and led to bisecting a batch.
+    pub poison_failures: AtomicU64,
+    /// Records not read again on assignment because the offset stored in the database was
+    /// ahead of Kafka's committed one (replay avoided by offsets in the database).
+    pub replays_avoided: AtomicU64,
+    /// Offsets the client refused to store (the partition was no longer assigned).
+    pub offsets_refused: AtomicU64,
     /// Latency and batch-size measurements.
     pub metrics: crate::metrics::Metrics,
 }
@@ -46,6 +55,18 @@ pub struct StatsSnapshot {
     pub transactions: u64,
     /// Attempts that failed and were retried.
     pub retries: u64,
+    /// New messages dead-lettered as poison.
+    #[serde(default)]
+    pub poisoned: u64,
+    /// Transactions that failed for a non-transient handler error.
+    #[serde(default)]
+    pub poison_failures: u64,
+    /// Records not read again thanks to offsets in the database.
+    #[serde(default)]
+    pub replays_avoided: u64,
+    /// Offsets the client refused to store (partition no longer assigned).
+    #[serde(default)]
+    pub offsets_refused: u64,
 }
 
 impl Stats {
@@ -55,6 +76,7 @@ impl Stats {
         self.new.fetch_add(o.new, Relaxed);
         self.duplicates.fetch_add(o.duplicates, Relaxed);
         self.rejected.fetch_add(o.rejected, Relaxed);
+        self.poisoned.fetch_add(o.poisoned, Relaxed);
         self.invalid.fetch_add(o.invalid, Relaxed);
         self.dead_letters_written
             .fetch_add(o.dead_letters_written, Relaxed);
@@ -72,6 +94,10 @@ impl Stats {
             dead_letters_written: self.dead_letters_written.load(Relaxed),
             transactions: self.transactions.load(Relaxed),
             retries: self.retries.load(Relaxed),
+            poisoned: self.poisoned.load(Relaxed),
+            poison_failures: self.poison_failures.load(Relaxed),
+            replays_avoided: self.replays_avoided.load(Relaxed),
+            offsets_refused: self.offsets_refused.load(Relaxed),
         }
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! Invariant (the one this module exists to keep): an offset is stored only after the database
 //! transaction covering every record before it has committed. A batch that fails transiently is
-//! retried with backoff; a batch that cannot commit stops the worker without storing anything, so
-//! Kafka redelivers it.
+//! retried with backoff; a batch the handler fails for a non-transient reason is bisected to
+//! dead-letter the poison messages (module `poison`); a batch that cannot commit otherwise stops
+//! the worker without storing anything, so Kafka redelivers it.
 //!
 //! The worker knows no Kafka type: it reads [`Input`]s from any stream and stores offsets through
 //! an [`OffsetSink`], so tests drive it with channels and paused time.
@@ -19,12 +20,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::batcher::{Batch, Batcher, BatcherSettings};
 use crate::error::{InboxError, RunError};
+use crate::failpoint::failpoint;
 use crate::handler::Handler;
 use crate::inbox::{Inbox, Mode, TxOutcome};
-use crate::message::RawMessage;
+use crate::message::{Decoded, RawMessage};
 use crate::metrics::BatchSample;
 use crate::offsets::OffsetTracker;
 use crate::stats::Stats;
+
+mod poison;
 
 /// What a partition's source yields.
 #[derive(Debug)]
@@ -205,69 +209,72 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         stop: &CancellationToken,
         stopping: bool,
     ) -> Result<bool, RunError> {
-        let closed = Instant::now();
-        let opened = batch.opened.into_std();
-        let closed_std = closed.into_std();
+        let clock = BatchClock {
+            opened: batch.opened.into_std(),
+            closed: Instant::now().into_std(),
+        };
         let last = batch.items.last().map(|m| m.offset);
-        let timestamps: Vec<Option<i64>> = batch.items.iter().map(|m| m.timestamp_ms).collect();
-        let (topic, partition) = (self.topic.clone(), self.partition);
         if self.settings.unsafe_offsets_before_commit && self.settings.mode != Mode::PerMessage {
             self.store_offset(last);
         }
         match self.settings.mode {
             Mode::Batched => {
                 let decoded = self.inbox.decode(batch.items);
-                let first = first_offset(&decoded);
-                let inbox = &self.inbox;
-                let outcome = self
-                    .retry(first, stop, stopping, || {
-                        inbox.apply_batch(&topic, partition, &decoded)
-                    })
-                    .await?;
-                let Some(outcome) = outcome else {
-                    return Ok(false);
-                };
-                self.committed(&outcome, last, opened, closed_std, &timestamps);
+                self.apply_isolating(decoded, clock, stop, stopping).await
             }
             Mode::ConsumeOnly => {
+                let timestamps: Vec<Option<i64>> =
+                    batch.items.iter().map(|m| m.timestamp_ms).collect();
                 let outcome = TxOutcome {
                     received: batch.items.len() as u64,
                     ..TxOutcome::default()
                 };
-                self.committed(&outcome, last, opened, closed_std, &timestamps);
+                self.committed(&outcome, last, clock, &timestamps);
+                Ok(true)
             }
             Mode::PerMessage => {
-                for (raw, stamp) in batch.items.into_iter().zip(timestamps) {
-                    let offset = raw.offset;
+                for raw in batch.items {
                     if self.settings.unsafe_offsets_before_commit {
-                        self.store_offset(Some(offset));
+                        self.store_offset(Some(raw.offset));
                     }
                     let decoded = self.inbox.decode(vec![raw]);
-                    let inbox = &self.inbox;
-                    let outcome = self
-                        .retry(offset, stop, stopping, || {
-                            inbox.apply_one(&topic, partition, &decoded)
-                        })
-                        .await?;
-                    let Some(outcome) = outcome else {
+                    if !self.apply_isolating(decoded, clock, stop, stopping).await? {
                         return Ok(false);
-                    };
-                    self.committed(&outcome, Some(offset), opened, closed_std, &[stamp]);
+                    }
                 }
+                Ok(true)
             }
         }
-        Ok(true)
     }
 
-    /// Runs `attempt` until it commits, retrying transient failures with backoff. `Ok(None)`:
-    /// abandoned because the worker was asked to stop.
+    /// One transaction of `part` (batched or per-message, as configured), retried while it
+    /// fails transiently.
+    async fn attempt(
+        &self,
+        part: &Decoded<H::Payload>,
+        stop: &CancellationToken,
+        stopping: bool,
+    ) -> Result<Attempt, RunError> {
+        let (inbox, topic, partition) = (&self.inbox, &*self.topic, self.partition);
+        let per_message = self.settings.mode == Mode::PerMessage;
+        self.retry(first_offset(part), stop, stopping, || async move {
+            if per_message {
+                inbox.apply_one(topic, partition, part).await
+            } else {
+                inbox.apply_batch(topic, partition, part).await
+            }
+        })
+        .await
+    }
+
+    /// Runs `attempt` until it commits, retrying transient failures with backoff.
     async fn retry<F, Fut>(
         &self,
         first_offset: i64,
         stop: &CancellationToken,
         stopping: bool,
         mut attempt: F,
-    ) -> Result<Option<TxOutcome>, RunError>
+    ) -> Result<Attempt, RunError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<TxOutcome, InboxError>>,
@@ -275,16 +282,9 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         let mut failures = 0u32;
         loop {
             let error = match attempt().await {
-                Ok(outcome) => return Ok(Some(outcome)),
+                Ok(outcome) => return Ok(Attempt::Committed(outcome)),
                 Err(e) if e.is_retryable() => e,
-                Err(source) => {
-                    return Err(RunError::Batch {
-                        topic: self.topic.to_string(),
-                        partition: self.partition,
-                        offset: first_offset,
-                        source,
-                    })
-                }
+                Err(e) => return Ok(Attempt::Failed(e)),
             };
             failures += 1;
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
@@ -296,12 +296,22 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             );
             if stopping || stop.is_cancelled() {
                 // Shutting down while the database fails: leave the batch for redelivery.
-                return Ok(None);
+                return Ok(Attempt::Abandoned);
             }
             tokio::select! {
-                _ = stop.cancelled() => return Ok(None),
+                _ = stop.cancelled() => return Ok(Attempt::Abandoned),
                 _ = tokio::time::sleep(delay) => {}
             }
+        }
+    }
+
+    /// The error that stops the worker: `source` failed the records from `first_offset` on.
+    fn batch_error(&self, first_offset: i64, source: InboxError) -> RunError {
+        RunError::Batch {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+            offset: first_offset,
+            source,
         }
     }
 
@@ -309,30 +319,30 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         &mut self,
         outcome: &TxOutcome,
         last_offset: Option<i64>,
-        opened: std::time::Instant,
-        closed: std::time::Instant,
+        clock: BatchClock,
         timestamps_ms: &[Option<i64>],
     ) {
         let committed_at = std::time::SystemTime::now();
         self.stats.record(outcome);
+        failpoint!("after_commit_before_offset");
         let store_started = std::time::Instant::now();
         self.store_offset(last_offset);
+        failpoint!("after_offset_store");
         let sample = BatchSample {
-            opened,
-            closed,
+            opened: clock.opened,
+            closed: clock.closed,
             timings: outcome.timings,
             offset_store: store_started.elapsed(),
             timestamps_ms,
         };
         self.stats.metrics.record_batch(&sample, committed_at);
     }
-}
 
-impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
     /// Stores the position after `last_offset` when it moves forward.
     fn store_offset(&mut self, last_offset: Option<i64>) {
         if let Some(next) = last_offset.and_then(|o| self.tracker.committed_through(o)) {
             if let Err(e) = self.sink.store(&self.topic, self.partition, next) {
+                self.stats.offsets_refused.fetch_add(1, Ordering::Relaxed);
                 // The partition was revoked meanwhile: its new owner replays from the last
                 // commit and the inbox skips what this batch applied.
                 tracing::warn!(topic = %self.topic, partition = self.partition, next, "offset not stored: {e}");
@@ -341,7 +351,24 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
     }
 }
 
-fn first_offset<P>(d: &crate::message::Decoded<P>) -> i64 {
+/// When a batch opened and closed (for latency measurements).
+#[derive(Debug, Clone, Copy)]
+struct BatchClock {
+    opened: std::time::Instant,
+    closed: std::time::Instant,
+}
+
+/// How an attempt at one transaction ended.
+enum Attempt {
+    /// It committed.
+    Committed(TxOutcome),
+    /// The worker is stopping while the database fails: left for redelivery.
+    Abandoned,
+    /// It failed for a reason retrying cannot fix.
+    Failed(InboxError),
+}
+
+fn first_offset<P>(d: &Decoded<P>) -> i64 {
     let a = d.messages.first().map(|m| m.raw.offset);
     let b = d.dead_letters.first().map(|l| l.raw.offset);
     a.into_iter().chain(b).min().unwrap_or(-1)

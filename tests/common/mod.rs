@@ -162,6 +162,7 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
         exit_on_eof: true,
         exit_after_records: None,
         revoke_timeout: Duration::from_secs(30),
+        offsets_in_db: true,
     }
 }
 

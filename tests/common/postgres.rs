@@ -95,7 +95,11 @@ impl PrivatePostgres {
     }
 
     fn data(&self) -> String {
-        self.dir.join("data").to_str().expect("utf-8 path").to_owned()
+        self.dir
+            .join("data")
+            .to_str()
+            .expect("utf-8 path")
+            .to_owned()
     }
 
     /// Starts the server and waits until it accepts connections.
@@ -131,7 +135,10 @@ impl PrivatePostgres {
 
     /// Stops the server like a crash (`-m immediate`: no checkpoint, every session cut).
     pub fn stop_immediate(&self) {
-        let out = run("pg_ctl", &["-D", &self.data(), "-m", "immediate", "-w", "stop"]);
+        let out = run(
+            "pg_ctl",
+            &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
+        );
         assert!(out.status.success(), "pg_ctl stop: {out:?}");
     }
 
