@@ -274,7 +274,7 @@ async fn check(
     hit.extend([
         ("partition moves", tally.partition_moves),
         ("retries", tally.retries()),
-        ("replays", replays.count()),
+        ("replays (done or avoided)", replays.redeliveries()),
     ]);
     invariants.push(checker::faults_hit(&hit));
     let passed = invariants.iter().all(|i| i.ok);

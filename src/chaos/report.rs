@@ -38,6 +38,10 @@ pub struct Tally {
     pub duplicates_skipped: u64,
     /// Committed transactions, summed over processes.
     pub transactions: u64,
+    /// Records not read again because the offset stored in the database was ahead of Kafka's.
+    pub replays_avoided: u64,
+    /// Offset stores refused because the partition was no longer assigned.
+    pub offsets_refused: u64,
 }
 
 impl Tally {
@@ -63,6 +67,8 @@ impl Tally {
             self.duplicates_skipped += r.stats.duplicates;
             self.retries_reported += r.stats.retries;
             self.transactions += r.stats.transactions;
+            self.replays_avoided += r.stats.replays_avoided;
+            self.offsets_refused += r.stats.offsets_refused;
         }
     }
 
@@ -81,6 +87,8 @@ pub struct Replays {
     pub replayed_duplicates: u64,
     /// Duplicates the producer made on purpose.
     pub producer_duplicates: u64,
+    /// Records not read again on assignment thanks to offsets stored in the database.
+    pub replays_avoided: u64,
     /// How this was measured.
     pub note: String,
 }
@@ -92,6 +100,7 @@ impl Replays {
             replayed_records: t.records_committed.saturating_sub(produced),
             replayed_duplicates: t.duplicates_skipped.saturating_sub(producer_duplicates),
             producer_duplicates,
+            replays_avoided: t.replays_avoided,
             note: "counts summed over every processor process from its report, rewritten every \
                    250 ms; a killed process loses at most its last 250 ms, so these are lower \
                    bounds"
@@ -99,9 +108,15 @@ impl Replays {
         }
     }
 
-    /// The larger of the two estimates.
+    /// The larger of the two estimates of records processed again.
     pub fn count(&self) -> u64 {
         self.replayed_records.max(self.replayed_duplicates)
+    }
+
+    /// Records the faults made the group read again or skip on assignment: replays, plus the
+    /// replays avoided by offsets in the database.
+    pub fn redeliveries(&self) -> u64 {
+        self.count() + self.replays_avoided
     }
 }
 
@@ -173,12 +188,14 @@ impl ChaosReport {
         println!("seed      {}", self.seed);
         println!("faults    {}", faults.join(", "));
         println!(
-            "group     {} processes, {} partition moves, {} revokes, {} retries, {} replayed records",
+            "group     {} processes, {} partition moves, {} revokes, {} retries, {} replayed \
+             records, {} replays avoided",
             self.processors.processes,
             self.processors.partition_moves,
             self.processors.revokes,
             self.retries,
-            self.replays.count()
+            self.replays.count(),
+            self.replays.replays_avoided
         );
         for i in &self.invariants {
             println!(
