@@ -53,7 +53,7 @@ pub async fn run(args: ChaosArgs) -> Result<ChaosReport, ChaosError> {
     let stop = Arc::new(AtomicBool::new(false));
     let supervisor = spawn_supervisor(cluster.clone(), stop.clone());
     let watch = GroupOffsets::new(&args.brokers, &plan.group, &plan.topic, args.partitions)?;
-    let sampler = offsets::spawn_sampler(watch, Duration::from_millis(500), stop.clone());
+    let sampler = offsets::spawn_sampler(watch, Duration::from_millis(500), start, stop.clone());
     let producer = tokio::spawn(produce(
         args.brokers.clone(),
         plan.topic.clone(),
@@ -250,7 +250,12 @@ async fn check(
     let client = pool.get().await.map_err(DbError::from)?;
     let valid = checker::valid_ids(&plan.records);
     let mut invariants = checker::database(&**client, &valid, &plan.expected).await?;
-    invariants.push(checker::offsets_monotonic(&run.samples));
+    let resumes: Vec<f64> = run.events.iter().filter_map(|e| e.ends_s).collect();
+    invariants.push(checker::offsets_monotonic(
+        &run.samples,
+        &resumes,
+        args.strict_offsets,
+    ));
     invariants.push(checker::lag_zero(&run.final_lag));
     let (tally, unexpected_exits) = {
         let c = cluster.lock().unwrap_or_else(|p| p.into_inner());

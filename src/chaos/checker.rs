@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::generate::{Expected, Record};
 use crate::ledger::Entry;
 
-use super::offsets::{PartitionLag, Samples};
+use super::offsets::{PartitionLag, Regression, Samples};
 
 /// One checked invariant.
 #[derive(Debug, Clone, Serialize)]
@@ -139,24 +139,50 @@ fn dead_letters(dead: &BTreeMap<String, u64>, expected: &Expected) -> Invariant 
     Invariant::new("dead_letters", ok, detail)
 }
 
-/// Committed offsets never moved backwards.
-pub fn offsets_monotonic(samples: &Samples) -> Invariant {
-    let ok = samples.regressions.is_empty() && samples.samples > 0;
-    let detail = match samples.regressions.first() {
+/// How long after a paused member resumed a backwards move is attributed to its stale commit
+/// (the sampler looks every 500 ms).
+const ZOMBIE_WINDOW_S: (f64, f64) = (-0.5, 2.5);
+
+/// Committed offsets never moved backwards. Unless `strict`, a move within a moment after a
+/// paused member resumed (`resumes`, seconds) is listed but tolerated: it is that member's stale
+/// commit, which a fencing broker rejects and a non-fencing one accepts.
+pub fn offsets_monotonic(samples: &Samples, resumes: &[f64], strict: bool) -> Invariant {
+    let after_pause = |at: f64| {
+        resumes
+            .iter()
+            .any(|r| (r + ZOMBIE_WINDOW_S.0..=r + ZOMBIE_WINDOW_S.1).contains(&at))
+    };
+    let (zombie, other): (Vec<&Regression>, Vec<&Regression>) = samples
+        .regressions
+        .iter()
+        .partition(|r| !strict && after_pause(r.at_s));
+    let ok = other.is_empty() && samples.samples > 0;
+    let show = |r: &Regression| {
+        format!(
+            "partition {} from {} to {} at {:.1}s",
+            r.partition, r.from, r.to, r.at_s
+        )
+    };
+    let mut detail = match other.first() {
         None => format!(
             "{} samples, {} advances, no regression",
             samples.samples, samples.advances
         ),
         Some(r) => format!(
-            "{} regressions in {} samples; first: partition {} from {} to {} at {:.1}s",
-            samples.regressions.len(),
+            "{} regressions in {} samples; first: {}",
+            other.len(),
             samples.samples,
-            r.partition,
-            r.from,
-            r.to,
-            r.at_s
+            show(r)
         ),
     };
+    if !zombie.is_empty() {
+        let list: Vec<String> = zombie.iter().map(|r| show(r)).collect();
+        detail.push_str(&format!(
+            "; tolerated, right after a paused member resumed (stale commit the broker \
+             accepted): {}",
+            list.join(", ")
+        ));
+    }
     Invariant::new("offsets_monotonic", ok, detail)
 }
 
@@ -172,8 +198,21 @@ pub fn lag_zero(lag: &[PartitionLag]) -> Invariant {
         "offsets could not be read".to_owned()
     } else if ok {
         let total: i64 = lag.iter().map(|l| l.high_watermark).sum();
+        let ahead: Vec<String> = lag
+            .iter()
+            .filter(|l| l.ahead())
+            .map(|l| format!("p{}: {:?}/{}", l.partition, l.committed, l.high_watermark))
+            .collect();
+        let note = if ahead.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; committed past the broker's high watermark: {}",
+                ahead.join(", ")
+            )
+        };
         format!(
-            "{} partitions committed to their end ({total} records)",
+            "{} partitions committed to their end ({total} records){note}",
             lag.len()
         )
     } else {
@@ -259,6 +298,40 @@ mod tests {
         empty.value = Some(Vec::new());
         let records = [good(&id), good(&id), good("not-a-uuid"), empty];
         assert_eq!(valid_ids(&records), [Uuid::from_u128(9)].into());
+    }
+
+    #[test]
+    fn a_regression_right_after_a_resume_is_tolerated_unless_strict() {
+        let at = |at_s| Regression {
+            partition: 1,
+            from: 10,
+            to: 5,
+            at_s,
+        };
+        let samples = Samples {
+            samples: 10,
+            regressions: vec![at(20.5)],
+            ..Samples::default()
+        };
+        let lenient = offsets_monotonic(&samples, &[20.0], false);
+        assert!(
+            lenient.ok && lenient.detail.contains("tolerated"),
+            "{}",
+            lenient.detail
+        );
+        assert!(!offsets_monotonic(&samples, &[20.0], true).ok);
+        assert!(!offsets_monotonic(&samples, &[10.0], false).ok);
+        assert!(
+            offsets_monotonic(
+                &Samples {
+                    samples: 3,
+                    ..Samples::default()
+                },
+                &[],
+                true
+            )
+            .ok
+        );
     }
 
     #[test]

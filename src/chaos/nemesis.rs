@@ -57,6 +57,9 @@ pub struct FaultEvent {
     pub fault: Fault,
     /// To whom, and for how long.
     pub detail: String,
+    /// When a pause ended (SIGCONT), in seconds since the run started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ends_s: Option<f64>,
 }
 
 /// How the nemesis may act.
@@ -185,6 +188,7 @@ impl Nemesis {
             at_s,
             fault,
             detail,
+            ends_s: None,
         });
     }
 
@@ -234,6 +238,9 @@ impl Nemesis {
             Fault::Pause,
             format!("member {slot} (SIGSTOP) for {pause:.1?}"),
         );
+        if let Some(e) = self.events.last_mut() {
+            e.ends_s = Some(e.at_s + pause.as_secs_f64());
+        }
         let cluster = self.cluster.clone();
         self.pending.push(tokio::spawn(async move {
             tokio::time::sleep(pause).await;

@@ -150,14 +150,15 @@ impl GroupOffsets {
     }
 }
 
-/// Samples committed offsets every `every` on a thread until `stop` is set.
+/// Samples committed offsets every `every` on a thread until `stop` is set; times are seconds
+/// since `started`.
 pub fn spawn_sampler(
     watch: GroupOffsets,
     every: Duration,
+    started: Instant,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Samples> {
     std::thread::spawn(move || {
-        let started = Instant::now();
         let mut samples = Samples::default();
         let mut last: Vec<Option<i64>> = vec![None; watch.partitions.max(0) as usize];
         while !stop.load(Ordering::Acquire) {

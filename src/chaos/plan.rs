@@ -56,6 +56,11 @@ pub struct ChaosArgs {
     /// Longest wait for the group to drain after the faults, in seconds.
     #[arg(long, default_value_t = 180)]
     pub drain_timeout: u64,
+    /// Count every backwards move of a committed offset as a violation, also one right after a
+    /// paused member resumed (a broker that fences stale members, as Apache Kafka does, never
+    /// accepts that member's commit; tansu 0.6 does).
+    #[arg(long)]
+    pub strict_offsets: bool,
     /// Directory of the results file.
     #[arg(long, default_value = "results")]
     pub results_dir: PathBuf,
