@@ -15,6 +15,7 @@ pub mod nemesis;
 pub mod offsets;
 mod plan;
 pub mod report;
+pub mod topic;
 
 pub use plan::{ChaosArgs, ChaosError};
 
@@ -250,6 +251,21 @@ async fn check(
     let client = pool.get().await.map_err(DbError::from)?;
     let valid = checker::valid_ids(&plan.records);
     let mut invariants = checker::database(&**client, &valid, &plan.expected).await?;
+    let (brokers, topic_name, partitions) =
+        (args.brokers.clone(), plan.topic.clone(), args.partitions);
+    let contents = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        topic::read_all(&brokers, &topic_name, partitions, deadline)
+    })
+    .await
+    .map_err(|e| ChaosError::Setup(e.to_string()))??;
+    let inbox = checker::inbox_ids_of(&**client).await?;
+    invariants.push(checker::topic_complete(
+        &contents,
+        &valid,
+        &inbox,
+        run.produced,
+    ));
     let resumes: Vec<f64> = run.events.iter().filter_map(|e| e.ends_s).collect();
     invariants.push(checker::offsets_monotonic(
         &run.samples,

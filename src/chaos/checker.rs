@@ -45,6 +45,43 @@ pub fn valid_ids(records: &[Record]) -> HashSet<Uuid> {
         .collect()
 }
 
+/// The ids in the inbox.
+pub async fn inbox_ids_of(
+    client: &impl GenericClient,
+) -> Result<HashSet<Uuid>, tokio_postgres::Error> {
+    Ok(client
+        .query("SELECT message_id FROM inbox", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// Every produced record can be read back from the topic; valid ids missing from the inbox are
+/// split into those the broker no longer has and those the processors skipped.
+pub fn topic_complete(
+    contents: &super::topic::TopicContents,
+    valid: &HashSet<Uuid>,
+    inbox: &HashSet<Uuid>,
+    produced: u64,
+) -> Invariant {
+    let absent = valid.difference(&contents.ids).count();
+    let skipped = valid
+        .iter()
+        .filter(|id| contents.ids.contains(id) && !inbox.contains(id))
+        .count();
+    let ok = contents.complete && contents.records == produced && absent == 0;
+    let detail =
+        format!(
+        "{} of {produced} records read back{}; {absent} valid ids absent from the topic (lost by \
+         the broker); {skipped} valid ids in the topic but not in the inbox (skipped by the \
+         processors)",
+        contents.records,
+        if contents.complete { "" } else { " (not to the end)" },
+    );
+    Invariant::new("topic_complete", ok, detail)
+}
+
 /// Balances, their sum, inbox ids and dead letters against the model.
 pub async fn database(
     client: &impl GenericClient,
@@ -57,12 +94,7 @@ pub async fn database(
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    let inbox: HashSet<Uuid> = client
-        .query("SELECT message_id FROM inbox", &[])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let inbox = inbox_ids_of(client).await?;
     let dead: BTreeMap<String, u64> = client
         .query(
             "SELECT reason, count(*) FROM dead_letters GROUP BY reason",
