@@ -38,12 +38,19 @@ work=$(mktemp -d /tmp/chaos.XXXXXX)
 chmod 755 "$work"
 pg="$work/pg"
 broker_pid=""
+status=2
 cleanup() {
   [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null
   if [ "${KEEP:-0}" = 1 ]; then
     log "kept $work"
+    return
+  fi
+  private_postgres_remove "$pg"
+  if [ "$status" = 1 ] && [ -d "$work/run" ]; then
+    # A violation: keep the processors' logs for the diagnosis.
+    rm -rf "$work/pg"
+    log "processor logs kept in $work/run"
   else
-    private_postgres_remove "$pg"
     rm -rf "$work"
   fi
 }
@@ -87,7 +94,9 @@ if [ -z "$brokers" ]; then
 fi
 
 status=0
-$bin chaos --database-url "postgres://postgres@127.0.0.1:$port/$db" --brokers "$brokers" \
+# The driver's own Kafka clients (offset watcher, topic reader) log expected end-of-partition
+# events as errors: keep its log to warnings of its own.
+NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn,rdkafka=off}" $bin chaos --database-url "postgres://postgres@127.0.0.1:$port/$db" --brokers "$brokers" \
   --db-stop-command "bash -c 'source scripts/lib.sh && private_postgres_crash $pg'" \
   --db-start-command "bash -c 'source scripts/lib.sh && private_postgres_start $pg $port'" \
   --work-dir "$work/run" "${control[@]}" "${args[@]}" || status=$?

@@ -65,19 +65,35 @@ pub fn topic_complete(
     inbox: &HashSet<Uuid>,
     produced: u64,
 ) -> Invariant {
-    let absent = valid.difference(&contents.ids).count();
-    let skipped = valid
+    let absent = valid
         .iter()
-        .filter(|id| contents.ids.contains(id) && !inbox.contains(id))
+        .filter(|id| !contents.ids.contains_key(id))
         .count();
+    let mut skipped: Vec<(i32, i64)> = valid
+        .iter()
+        .filter(|id| !inbox.contains(id))
+        .filter_map(|id| contents.ids.get(id).copied())
+        .collect();
+    skipped.sort_unstable();
+    let at: Vec<String> = skipped
+        .iter()
+        .take(10)
+        .map(|(p, o)| format!("p{p}@{o}"))
+        .collect();
     let ok = contents.complete && contents.records == produced && absent == 0;
+    let place = if at.is_empty() {
+        String::new()
+    } else {
+        format!(" at {}", at.join(", "))
+    };
     let detail =
         format!(
         "{} of {produced} records read back{}; {absent} valid ids absent from the topic (lost by \
-         the broker); {skipped} valid ids in the topic but not in the inbox (skipped by the \
-         processors)",
+         the broker); {} valid ids in the topic but not in the inbox (skipped by the \
+         processors){place}",
         contents.records,
         if contents.complete { "" } else { " (not to the end)" },
+        skipped.len(),
     );
     Invariant::new("topic_complete", ok, detail)
 }

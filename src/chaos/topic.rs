@@ -4,7 +4,7 @@
 //! Invariant: reading never touches the group's offsets (partitions are assigned, not
 //! subscribed, and nothing is committed).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
@@ -19,8 +19,9 @@ use uuid::Uuid;
 pub struct TopicContents {
     /// Records read.
     pub records: u64,
-    /// Distinct ids (header `id`) that parse as UUIDs.
-    pub ids: HashSet<Uuid>,
+    /// Distinct ids (header `id`) that parse as UUIDs, with the partition and offset of their
+    /// first record.
+    pub ids: HashMap<Uuid, (i32, i64)>,
     /// Every partition was read to its end before the deadline.
     pub complete: bool,
 }
@@ -63,7 +64,9 @@ pub fn read_all(
                         .and_then(|v| std::str::from_utf8(v).ok())
                         .and_then(|s| Uuid::try_parse(s.trim()).ok())
                 });
-                out.ids.extend(id);
+                if let Some(id) = id {
+                    out.ids.entry(id).or_insert((m.partition(), m.offset()));
+                }
             }
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 at_end.insert(p);
