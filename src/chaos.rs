@@ -49,8 +49,21 @@ pub async fn run(args: ChaosArgs) -> Result<ChaosReport, ChaosError> {
     if args.topic.is_none() {
         crate::produce::ensure_topic(&args.brokers, &plan.topic, args.partitions).await?;
     }
-    let start = Instant::now();
     let cluster = Arc::new(Mutex::new(start_cluster(&args, &plan)?));
+    let run = under_faults(&args, &plan, &cluster).await?;
+    let report = check(&args, &plan, &cluster, run).await?;
+    write_report(&args, &plan, &report)?;
+    report.print();
+    Ok(report)
+}
+
+/// Produces and injects faults while watching the group's offsets, then heals and drains.
+async fn under_faults(
+    args: &ChaosArgs,
+    plan: &Plan,
+    cluster: &Arc<Mutex<Cluster>>,
+) -> Result<Finished, ChaosError> {
+    let start = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let supervisor = spawn_supervisor(cluster.clone(), stop.clone());
     let watch = GroupOffsets::new(&args.brokers, &plan.group, &plan.topic, args.partitions)?;
@@ -62,7 +75,7 @@ pub async fn run(args: ChaosArgs) -> Result<ChaosReport, ChaosError> {
         args.rate,
     ));
     tokio::time::sleep(Duration::from_secs(5.min(args.duration / 5))).await;
-    let events = Nemesis::new(nemesis_settings(&args, plan.seed), cluster.clone(), start)
+    let events = Nemesis::new(nemesis_settings(args, plan.seed), cluster.clone(), start)
         .run(start + Duration::from_secs(args.duration))
         .await
         .map_err(ChaosError::Setup)?;
@@ -70,24 +83,20 @@ pub async fn run(args: ChaosArgs) -> Result<ChaosReport, ChaosError> {
         .await
         .map_err(|e| ChaosError::Setup(e.to_string()))??;
     let phase = Phases { start, produced };
-    let (drained_after, final_lag) = heal_and_drain(&args, &plan, &cluster, phase).await?;
+    let (drained_after, final_lag) = heal_and_drain(args, plan, cluster, phase).await?;
     stop.store(true, Ordering::Release);
     let _ = supervisor.await;
     let samples = tokio::task::spawn_blocking(move || sampler.join())
         .await
         .map_err(|e| ChaosError::Setup(e.to_string()))?
         .map_err(|_| ChaosError::Setup("the offset sampler panicked".into()))?;
-    let run = Finished {
+    Ok(Finished {
         events,
         samples,
         final_lag,
         drained_after,
         produced,
-    };
-    let report = check(&args, &plan, &cluster, run).await?;
-    write_report(&args, &plan, &report)?;
-    report.print();
-    Ok(report)
+    })
 }
 
 struct Phases {
@@ -241,12 +250,12 @@ async fn heal_and_drain(
     Ok((drained_after, lag))
 }
 
-async fn check(
+/// The database, the topic and the group's offsets against the model.
+async fn state_invariants(
     args: &ChaosArgs,
     plan: &Plan,
-    cluster: &Arc<Mutex<Cluster>>,
-    run: Finished,
-) -> Result<ChaosReport, ChaosError> {
+    run: &Finished,
+) -> Result<Vec<checker::Invariant>, ChaosError> {
     let pool = crate::db::connect(&args.database_url, 1).await?;
     let client = pool.get().await.map_err(DbError::from)?;
     let valid = checker::valid_ids(&plan.records);
@@ -273,20 +282,29 @@ async fn check(
         args.strict_offsets,
     ));
     invariants.push(checker::lag_zero(&run.final_lag));
-    let (tally, unexpected_exits) = {
-        let c = cluster.lock().unwrap_or_else(|p| p.into_inner());
-        let mut t = Tally::default();
-        for (log, report) in c.files() {
-            t.add(log, report);
-        }
-        (t, c.unexpected_exits.clone())
-    };
-    let mut tally = tally;
-    tally.partition_moves = tally
+    Ok(invariants)
+}
+
+/// Counts over every process that ever ran.
+fn tally(args: &ChaosArgs, cluster: &Mutex<Cluster>) -> (Tally, Vec<members::UnexpectedExit>) {
+    let c = cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let mut t = Tally::default();
+    for (log, report) in c.files() {
+        t.add(log, report);
+    }
+    t.partition_moves = t
         .partition_assignments
         .saturating_sub(args.partitions.max(0) as u64);
-    let replays = Replays::new(&tally, run.produced, plan.expected.duplicates);
-    let faults = nemesis::counts(&run.events);
+    (t, c.unexpected_exits.clone())
+}
+
+/// The faults hit: each kind and each effect counted above zero.
+fn faults_hit(
+    args: &ChaosArgs,
+    faults: &BTreeMap<String, u64>,
+    tally: &Tally,
+    replays: &Replays,
+) -> checker::Invariant {
     let count = |k: &str| faults.get(k).copied().unwrap_or(0);
     let mut hit = vec![("kills", count("kill")), ("pauses", count("pause"))];
     if args.db_stop_command.is_some() && args.db_start_command.is_some() {
@@ -297,7 +315,20 @@ async fn check(
         ("retries", tally.retries()),
         ("replays (done or avoided)", replays.redeliveries()),
     ]);
-    invariants.push(checker::faults_hit(&hit));
+    checker::faults_hit(&hit)
+}
+
+async fn check(
+    args: &ChaosArgs,
+    plan: &Plan,
+    cluster: &Arc<Mutex<Cluster>>,
+    run: Finished,
+) -> Result<ChaosReport, ChaosError> {
+    let mut invariants = state_invariants(args, plan, &run).await?;
+    let (tally, unexpected_exits) = tally(args, cluster);
+    let replays = Replays::new(&tally, run.produced, plan.expected.duplicates);
+    let faults = nemesis::counts(&run.events);
+    invariants.push(faults_hit(args, &faults, &tally, &replays));
     let passed = invariants.iter().all(|i| i.ok);
     let secs = run.drained_after.as_secs_f64().max(1e-9);
     Ok(ChaosReport {
