@@ -46,8 +46,8 @@ cleanup() {
     return
   fi
   private_postgres_remove "$pg"
-  if [ "$status" = 1 ] && [ -d "$work/run" ]; then
-    # A violation: keep the processors' logs for the diagnosis.
+  if [ "$status" = 1 ] && [ "$unsafe" = 0 ] && [ -d "$work/run" ]; then
+    # A violation of the safe configuration: keep the processors' logs for the diagnosis.
     rm -rf "$work/pg"
     log "processor logs kept in $work/run"
   else
