@@ -58,6 +58,8 @@ pub enum Command {
     Summary(SummaryArgs),
     /// The database ceiling: binary COPY of an inbox's ids into an empty inbox-shaped table.
     CopyCeiling(CopyCeilingArgs),
+    /// Fault injection under load (processes, database restarts, rebalances), then invariants.
+    Chaos(crate::chaos::ChaosArgs),
 }
 
 /// `summary` flags.
@@ -169,6 +171,10 @@ pub struct RunArgs {
     /// Write the run's measurements (throughput, latency percentiles, peak memory) as JSON.
     #[arg(long, value_name = "FILE")]
     pub report: Option<std::path::PathBuf>,
+    /// Also rewrite the report every this many milliseconds while running, so a process that
+    /// is killed leaves its counters behind.
+    #[arg(long, value_name = "MS", requires = "report")]
+    pub report_every_ms: Option<u64>,
     /// Name of this run in the report.
     #[arg(long, default_value = "run")]
     pub label: String,

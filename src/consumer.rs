@@ -194,10 +194,10 @@ impl ConsumerContext for GroupContext {
         }
     }
 
-    fn pre_rebalance(&self, _base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => self.assign(tpl),
-            Rebalance::Revoke(tpl) => self.revoke(tpl),
+            Rebalance::Revoke(tpl) => self.revoke(tpl, base.assignment_lost()),
             Rebalance::Error(e) => tracing::error!("rebalance error: {e}"),
         }
     }
@@ -250,7 +250,10 @@ impl GroupContext {
         }
     }
 
-    fn revoke(&self, tpl: &TopicPartitionList) {
+    /// Stops the revoked partitions' workers. When the assignment was lost (the session timed
+    /// out, e.g. the process was paused), the partitions already belong to another member:
+    /// nothing is committed for them, or a stale offset could overwrite the new owner's.
+    fn revoke(&self, tpl: &TopicPartitionList, lost: bool) {
         let revoked: Vec<WorkerHandle> = {
             let mut workers = self.lock_workers();
             tpl.elements()
@@ -269,6 +272,10 @@ impl GroupContext {
             w.stop.cancel();
         }
         wait_for_workers(revoked, self.revoke_timeout);
+        if lost {
+            tracing::warn!("assignment lost: nothing committed for the revoked partitions");
+            return;
+        }
         if let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) {
             commit_stored(&consumer, CommitMode::Async);
         }

@@ -23,6 +23,7 @@
 //! by UUIDv7 time dropped whole) and guards the dedup window it leaves.
 
 pub mod batcher;
+pub mod chaos;
 pub mod config;
 pub mod config_file;
 pub mod consumer;
@@ -45,6 +46,7 @@ pub mod offset_table;
 pub mod offsets;
 pub mod processor;
 pub mod produce;
+pub mod progress;
 pub mod resume;
 pub mod retention;
 pub mod stats;

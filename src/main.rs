@@ -46,6 +46,7 @@ async fn main() -> std::process::ExitCode {
             .map(|files| files.iter().for_each(|f| println!("wrote {}", f.display())))
             .map_err(Into::into),
         Command::CopyCeiling(args) => copy_ceiling(args).await,
+        Command::Chaos(args) => return chaos(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -140,14 +141,27 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let maintenance = start_maintenance(&args, &pool).await?;
     let started = std::time::Instant::now();
-    let stats = process(&args, &pool).await;
+    let stats = Arc::new(Stats::default());
+    let progress = match (&args.report, args.report_every_ms) {
+        (Some(path), Some(ms)) => Some(batch_inbox::progress::spawn_writer(
+            path.clone(),
+            args.label.clone(),
+            stats.clone(),
+            std::time::Duration::from_millis(ms.max(1)),
+        )),
+        _ => None,
+    };
+    let result = process(&args, &pool, stats.clone()).await;
+    if let Some(writer) = progress {
+        writer.abort();
+    }
     if let Some(m) = maintenance {
         m.stop.cancel();
         if let Err(e) = m.task.await {
             tracing::warn!("retention task: {e}");
         }
     }
-    let stats = stats?;
+    result?;
     let s = stats.snapshot();
     let secs = started.elapsed().as_secs_f64();
     println!(
@@ -194,8 +208,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// Runs the ledger processor, with the operations listener and the summary lines beside it.
-async fn process(args: &RunArgs, pool: &deadpool_postgres::Pool) -> anyhow::Result<Arc<Stats>> {
-    let stats = Arc::new(Stats::default());
+async fn process(
+    args: &RunArgs,
+    pool: &deadpool_postgres::Pool,
+    stats: Arc<Stats>,
+) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let stop_ops = stop.clone().drop_guard();
     if let Some(addr) = args.ops.metrics_addr {
@@ -214,8 +231,7 @@ async fn process(args: &RunArgs, pool: &deadpool_postgres::Pool) -> anyhow::Resu
     .await;
     drop(stop_ops); // the last summary line covers the run's end
     let _ = summary.await;
-    result?;
-    Ok(stats)
+    Ok(result?)
 }
 
 /// `run --print-config`: every setting as a TOML line, with where it came from.
@@ -413,6 +429,18 @@ async fn copy_ceiling(args: CopyCeilingArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// `chaos`: exit 0 on PASS, 1 when an invariant is violated, 2 when the run itself failed.
+async fn chaos(args: batch_inbox::chaos::ChaosArgs) -> std::process::ExitCode {
+    match batch_inbox::chaos::run(args).await {
+        Ok(report) if report.passed => std::process::ExitCode::SUCCESS,
+        Ok(_) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: chaos run failed: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
 }
 
 async fn shutdown_signal() {

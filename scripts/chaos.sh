@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Chaos run: processors in one group apply a generated input (duplicates, bad input, overdrafts)
+# while a seeded nemesis kills them (SIGKILL), pauses them past the session timeout
+# (SIGSTOP/SIGCONT), crash-restarts PostgreSQL and adds and removes members; then it drains and
+# checks the database and the committed offsets against the generator's model.
+#
+#   scripts/chaos.sh [--duration SECONDS] [--seed N] [--processors N] [--brokers HOST:PORT]
+#   scripts/chaos.sh --unsafe ...   the control: processors in an unsafe configuration; the
+#                                   checker must FAIL (exit 1)
+#
+# Starts its OWN PostgreSQL server (initdb in a temporary directory, a free port, fsync on), the
+# only one it restarts, and a tansu broker unless --brokers is given. Prints the seed, the faults
+# and PASS/FAIL, writes results/chaos-<timestamp>.json (results/chaos-control-… for --unsafe).
+# Exit status: 0 PASS, 1 an invariant was violated, 2 the run itself failed. Other flags go to
+# `batch-inbox chaos` (see `batch-inbox chaos --help`). KEEP=1 keeps the logs and the server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+# What the control run turns on (override with UNSAFE_FLAGS="..."): offsets stored before the
+# database commit (loses messages), and no inbox (applies redeliveries twice).
+read -ra UNSAFE_FLAGS <<<"${UNSAFE_FLAGS:---unsafe-offsets-before-commit --unsafe-no-inbox}"
+
+unsafe=0 brokers="${KAFKA_BROKERS:-}" args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --unsafe) unsafe=1 ;;
+    --brokers) brokers=$2; shift ;;
+    --brokers=*) brokers=${1#--brokers=} ;;
+    *) args+=("$1") ;;
+  esac
+  shift
+done
+
+log() { echo "[chaos.sh $(date +%T)] $*" >&2; }
+bin=./target/release/batch-inbox
+work=$(mktemp -d /tmp/chaos.XXXXXX)
+chmod 755 "$work"
+pg="$work/pg"
+broker_pid=""
+status=2
+cleanup() {
+  [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null
+  if [ "${KEEP:-0}" = 1 ]; then
+    log "kept $work"
+    return
+  fi
+  private_postgres_remove "$pg"
+  if [ "$status" = 1 ] && [ "$unsafe" = 0 ] && [ -d "$work/run" ]; then
+    # A violation of the safe configuration: keep the processors' logs for the diagnosis.
+    rm -rf "$work/pg"
+    log "processor logs kept in $work/run"
+  else
+    rm -rf "$work"
+  fi
+}
+trap cleanup EXIT
+
+log "building release"
+cargo build --release --quiet
+
+control=()
+if [ "$unsafe" = 1 ]; then
+  for flag in "${UNSAFE_FLAGS[@]}"; do
+    if ! $bin run "$flag" --help >/dev/null 2>&1; then
+      log "this build has no $flag: the control run cannot be made"
+      exit 2
+    fi
+    control+=("--processor-arg=$flag")
+  done
+  control+=(--control)
+fi
+
+port=$(free_port)
+log "private PostgreSQL on 127.0.0.1:$port ($pg)"
+private_postgres_init "$pg" "$port"
+db="chaos_$(date +%s)"
+psql -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
+  -c "CREATE DATABASE \"$db\"" >/dev/null
+
+if [ -z "$brokers" ]; then
+  ensure_tansu
+  bport=$(free_port)
+  "$HOME/.cargo/bin/tansu" broker --listener-url "tcp://127.0.0.1:$bport" \
+    --advertised-listener-url "tcp://127.0.0.1:$bport" --storage-engine memory://tansu/ \
+    >"$work/tansu.log" 2>&1 &
+  broker_pid=$!
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$bport") 2>/dev/null && break
+    sleep 0.1
+  done
+  brokers="127.0.0.1:$bport"
+  log "tansu broker on $brokers"
+fi
+
+status=0
+# The driver's own Kafka clients (offset watcher, topic reader) log expected end-of-partition
+# events as errors: keep its log to warnings of its own.
+NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn,rdkafka=off}" $bin chaos --database-url "postgres://postgres@127.0.0.1:$port/$db" --brokers "$brokers" \
+  --db-stop-command "bash -c 'source scripts/lib.sh && private_postgres_crash $pg'" \
+  --db-start-command "bash -c 'source scripts/lib.sh && private_postgres_start $pg $port'" \
+  --work-dir "$work/run" "${control[@]}" "${args[@]}" || status=$?
+exit "$status"

@@ -1,0 +1,390 @@
+//! The chaos run (`batch-inbox chaos`, driven by `scripts/chaos.sh`): several processor processes
+//! in one group apply a paced, generated input (duplicates, bad input, overdrafts) while a seeded
+//! nemesis kills, pauses, restarts the database and changes the membership; then the run heals,
+//! drains, and checks the invariants against the generator's model.
+//!
+//! Invariants checked: every balance and their sum equal the model; the inbox holds exactly the
+//! valid distinct ids; dead letters by reason equal the model; the group's committed offsets
+//! never move backwards; every partition is committed to its end; and the faults hit (kills,
+//! pauses, database restarts, partition moves, retries and replays all above zero). The verdict
+//! and the numbers go to `results/chaos-<timestamp>.json`.
+
+pub mod checker;
+pub mod members;
+pub mod nemesis;
+pub mod offsets;
+mod plan;
+pub mod report;
+pub mod topic;
+
+pub use plan::{ChaosArgs, ChaosError};
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::error::DbError;
+use crate::generate::Record;
+use members::{Cluster, MemberSpec};
+use nemesis::{Nemesis, NemesisSettings};
+use offsets::GroupOffsets;
+use plan::Plan;
+use report::{ChaosReport, Replays, Tally, Throughput};
+
+/// Runs the chaos run; the report says PASS or FAIL.
+pub async fn run(args: ChaosArgs) -> Result<ChaosReport, ChaosError> {
+    let plan = Plan::new(&args)?;
+    println!(
+        "chaos: seed {} | {} s of faults | {} processors | {} records at {}/s | topic {} | logs {}",
+        plan.seed,
+        args.duration,
+        args.processors,
+        plan.records.len(),
+        args.rate,
+        plan.topic,
+        plan.work.display()
+    );
+    prepare_database(&args.database_url).await?;
+    if args.topic.is_none() {
+        crate::produce::ensure_topic(&args.brokers, &plan.topic, args.partitions).await?;
+    }
+    let cluster = Arc::new(Mutex::new(start_cluster(&args, &plan)?));
+    let run = under_faults(&args, &plan, &cluster).await?;
+    let report = check(&args, &plan, &cluster, run).await?;
+    write_report(&args, &plan, &report)?;
+    report.print();
+    Ok(report)
+}
+
+/// Produces and injects faults while watching the group's offsets, then heals and drains.
+async fn under_faults(
+    args: &ChaosArgs,
+    plan: &Plan,
+    cluster: &Arc<Mutex<Cluster>>,
+) -> Result<Finished, ChaosError> {
+    let start = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let supervisor = spawn_supervisor(cluster.clone(), stop.clone());
+    let watch = GroupOffsets::new(&args.brokers, &plan.group, &plan.topic, args.partitions)?;
+    let sampler = offsets::spawn_sampler(watch, Duration::from_millis(500), start, stop.clone());
+    let producer = tokio::spawn(produce(
+        args.brokers.clone(),
+        plan.topic.clone(),
+        plan.records.clone(),
+        args.rate,
+    ));
+    tokio::time::sleep(Duration::from_secs(5.min(args.duration / 5))).await;
+    let events = Nemesis::new(nemesis_settings(args, plan.seed), cluster.clone(), start)
+        .run(start + Duration::from_secs(args.duration))
+        .await
+        .map_err(ChaosError::Setup)?;
+    let produced = producer
+        .await
+        .map_err(|e| ChaosError::Setup(e.to_string()))??;
+    let phase = Phases { start, produced };
+    let (drained_after, final_lag) = heal_and_drain(args, plan, cluster, phase).await?;
+    stop.store(true, Ordering::Release);
+    let _ = supervisor.await;
+    let samples = tokio::task::spawn_blocking(move || sampler.join())
+        .await
+        .map_err(|e| ChaosError::Setup(e.to_string()))?
+        .map_err(|_| ChaosError::Setup("the offset sampler panicked".into()))?;
+    Ok(Finished {
+        events,
+        samples,
+        final_lag,
+        drained_after,
+        produced,
+    })
+}
+
+struct Phases {
+    start: Instant,
+    produced: u64,
+}
+
+struct Finished {
+    events: Vec<nemesis::FaultEvent>,
+    samples: offsets::Samples,
+    final_lag: Vec<offsets::PartitionLag>,
+    drained_after: Duration,
+    produced: u64,
+}
+
+async fn prepare_database(url: &str) -> Result<(), ChaosError> {
+    let pool = crate::db::connect(url, 1).await?;
+    crate::db::migrate(&pool).await?;
+    let client = pool.get().await.map_err(DbError::from)?;
+    let rows: i64 = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM inbox) + (SELECT count(*) FROM balances)
+                  + (SELECT count(*) FROM dead_letters)",
+            &[],
+        )
+        .await?
+        .get(0);
+    if rows > 0 {
+        return Err(ChaosError::Setup(format!(
+            "the database is not empty ({rows} rows): give the run a fresh database"
+        )));
+    }
+    Ok(())
+}
+
+fn start_cluster(args: &ChaosArgs, plan: &Plan) -> Result<Cluster, ChaosError> {
+    let bin = std::env::current_exe()?;
+    let mut run: Vec<String> = [
+        "run",
+        "--database-url",
+        &args.database_url,
+        "--brokers",
+        &args.brokers,
+        "--topic",
+        &plan.topic,
+        "--group",
+        &plan.group,
+        "--pool-size",
+        &args.partitions.max(1).to_string(),
+        // tansu answers some fetches at a partition's end with an error; librdkafka then waits
+        // fetch.error.backoff.ms (500 ms by default) before fetching that partition again.
+        "-X",
+        "fetch.error.backoff.ms=10",
+        "-X",
+        &format!("session.timeout.ms={}", args.session_timeout_ms),
+        "-X",
+        "heartbeat.interval.ms=1000",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    run.extend(args.processor_args.iter().cloned());
+    let mut cluster = Cluster::new(MemberSpec {
+        bin,
+        args: run,
+        work: plan.work.clone(),
+    });
+    for _ in 0..args.processors.max(1) {
+        cluster.start_member()?;
+    }
+    Ok(cluster)
+}
+
+fn nemesis_settings(args: &ChaosArgs, seed: u64) -> NemesisSettings {
+    NemesisSettings {
+        seed,
+        db_stop: args.db_stop_command.clone(),
+        db_start: args.db_start_command.clone(),
+        session_timeout: Duration::from_millis(args.session_timeout_ms),
+        max_members: args.processors.max(1) + 2,
+        gap: (Duration::from_millis(1500), Duration::from_millis(4000)),
+    }
+}
+
+fn spawn_supervisor(
+    cluster: Arc<Mutex<Cluster>>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Acquire) {
+            cluster
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .supervise();
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+}
+
+async fn produce(
+    brokers: String,
+    topic: String,
+    records: Vec<Record>,
+    rate: f64,
+) -> Result<u64, ChaosError> {
+    let producer = crate::produce::producer(&brokers, &[])?;
+    let sent = crate::produce::send_paced(&producer, &topic, records, Some(rate), |_| {}).await?;
+    Ok(sent)
+}
+
+/// Ends the faults' after-effects, waits for lag 0, stops every member gracefully, and returns
+/// when the input was drained and the committed offsets after the members left.
+async fn heal_and_drain(
+    args: &ChaosArgs,
+    plan: &Plan,
+    cluster: &Arc<Mutex<Cluster>>,
+    phase: Phases,
+) -> Result<(Duration, Vec<offsets::PartitionLag>), ChaosError> {
+    println!(
+        "[chaos {:7.1}s] faults over; {} records produced; healing and draining",
+        phase.start.elapsed().as_secs_f64(),
+        phase.produced
+    );
+    cluster
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .heal(args.processors.max(1))?;
+    let watch = GroupOffsets::new(&args.brokers, &plan.group, &plan.topic, args.partitions)?;
+    let deadline = Instant::now() + Duration::from_secs(args.drain_timeout);
+    let (watch, _) = tokio::task::spawn_blocking(move || {
+        let lag = watch.wait_for_zero_lag(deadline);
+        (watch, lag)
+    })
+    .await
+    .map_err(|e| ChaosError::Setup(e.to_string()))?;
+    let drained_after = phase.start.elapsed();
+    println!(
+        "[chaos {:7.1}s] drained; stopping the members",
+        drained_after.as_secs_f64()
+    );
+    let cluster = cluster.clone();
+    let lag = tokio::task::spawn_blocking(move || {
+        cluster
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stop_all(Duration::from_secs(30));
+        watch.lag().unwrap_or_default()
+    })
+    .await
+    .map_err(|e| ChaosError::Setup(e.to_string()))?;
+    Ok((drained_after, lag))
+}
+
+/// The database, the topic and the group's offsets against the model.
+async fn state_invariants(
+    args: &ChaosArgs,
+    plan: &Plan,
+    run: &Finished,
+) -> Result<Vec<checker::Invariant>, ChaosError> {
+    let pool = crate::db::connect(&args.database_url, 1).await?;
+    let client = pool.get().await.map_err(DbError::from)?;
+    let valid = checker::valid_ids(&plan.records);
+    let mut invariants = checker::database(&**client, &valid, &plan.expected).await?;
+    let (brokers, topic_name, partitions) =
+        (args.brokers.clone(), plan.topic.clone(), args.partitions);
+    let contents = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        topic::read_all(&brokers, &topic_name, partitions, deadline)
+    })
+    .await
+    .map_err(|e| ChaosError::Setup(e.to_string()))??;
+    let inbox = checker::inbox_ids_of(&**client).await?;
+    invariants.push(checker::topic_complete(
+        &contents,
+        &valid,
+        &inbox,
+        run.produced,
+    ));
+    let resumes: Vec<f64> = run.events.iter().filter_map(|e| e.ends_s).collect();
+    invariants.push(checker::offsets_monotonic(
+        &run.samples,
+        &resumes,
+        args.strict_offsets,
+    ));
+    invariants.push(checker::lag_zero(&run.final_lag));
+    Ok(invariants)
+}
+
+/// Counts over every process that ever ran.
+fn tally(args: &ChaosArgs, cluster: &Mutex<Cluster>) -> (Tally, Vec<members::UnexpectedExit>) {
+    let c = cluster.lock().unwrap_or_else(|p| p.into_inner());
+    let mut t = Tally::default();
+    for (log, report) in c.files() {
+        t.add(log, report);
+    }
+    t.partition_moves = t
+        .partition_assignments
+        .saturating_sub(args.partitions.max(0) as u64);
+    (t, c.unexpected_exits.clone())
+}
+
+/// The faults hit: each kind and each effect counted above zero.
+fn faults_hit(
+    args: &ChaosArgs,
+    faults: &BTreeMap<String, u64>,
+    tally: &Tally,
+    replays: &Replays,
+) -> checker::Invariant {
+    let count = |k: &str| faults.get(k).copied().unwrap_or(0);
+    let mut hit = vec![("kills", count("kill")), ("pauses", count("pause"))];
+    if args.db_stop_command.is_some() && args.db_start_command.is_some() {
+        hit.push(("database restarts", count("restart_db")));
+    }
+    hit.extend([
+        ("partition moves", tally.partition_moves),
+        ("retries", tally.retries()),
+        ("replays (done or avoided)", replays.redeliveries()),
+    ]);
+    checker::faults_hit(&hit)
+}
+
+async fn check(
+    args: &ChaosArgs,
+    plan: &Plan,
+    cluster: &Arc<Mutex<Cluster>>,
+    run: Finished,
+) -> Result<ChaosReport, ChaosError> {
+    let mut invariants = state_invariants(args, plan, &run).await?;
+    let (tally, unexpected_exits) = tally(args, cluster);
+    let replays = Replays::new(&tally, run.produced, plan.expected.duplicates);
+    let faults = nemesis::counts(&run.events);
+    invariants.push(faults_hit(args, &faults, &tally, &replays));
+    let passed = invariants.iter().all(|i| i.ok);
+    let secs = run.drained_after.as_secs_f64().max(1e-9);
+    Ok(ChaosReport {
+        verdict: if passed { "PASS" } else { "FAIL" }.to_owned(),
+        passed,
+        seed: plan.seed,
+        control: args.control,
+        processor_args: args.processor_args.clone(),
+        started_at: plan.started_at.clone(),
+        duration_s: args.duration as f64,
+        setup: setup_map(args, plan),
+        faults,
+        fault_events: run.events,
+        invariants,
+        retries: tally.retries(),
+        processors: tally,
+        replays,
+        throughput: Throughput {
+            produced: run.produced,
+            produced_per_s: run.produced as f64 / (args.duration as f64 * 0.8).max(1e-9),
+            drained_after_s: secs,
+            applied_per_s: run.produced as f64 / secs,
+        },
+        offsets: run.samples,
+        final_lag: run.final_lag,
+        unexpected_exits,
+        work_dir: plan.work.clone(),
+    })
+}
+
+fn setup_map(args: &ChaosArgs, plan: &Plan) -> BTreeMap<String, String> {
+    [
+        ("topic", plan.topic.clone()),
+        ("group", plan.group.clone()),
+        ("partitions", args.partitions.to_string()),
+        ("processors", args.processors.to_string()),
+        ("rate", args.rate.to_string()),
+        ("accounts", args.accounts.to_string()),
+        ("records", plan.records.len().to_string()),
+        ("session_timeout_ms", args.session_timeout_ms.to_string()),
+        ("brokers", args.brokers.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+fn write_report(args: &ChaosArgs, plan: &Plan, report: &ChaosReport) -> Result<(), ChaosError> {
+    std::fs::create_dir_all(&args.results_dir)?;
+    let name = if args.control {
+        format!("chaos-control-{}.json", plan.stamp)
+    } else {
+        format!("chaos-{}.json", plan.stamp)
+    };
+    let path = args.results_dir.join(name);
+    crate::progress::write_atomically(&path, report)?;
+    println!("results   {}", path.display());
+    Ok(())
+}

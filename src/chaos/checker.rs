@@ -1,0 +1,411 @@
+//! The invariant checker: the database against the generator's model, the committed offsets,
+//! the final lag, and whether the faults actually hit.
+//!
+//! Each invariant is checked exactly, and says in its detail whether a violation means loss (a
+//! valid message without effect) or double application (an effect applied more than once).
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde::Serialize;
+use tokio_postgres::GenericClient;
+use uuid::Uuid;
+
+use crate::generate::{Expected, Record};
+use crate::ledger::Entry;
+
+use super::offsets::{PartitionLag, Regression, Samples};
+
+/// One checked invariant.
+#[derive(Debug, Clone, Serialize)]
+pub struct Invariant {
+    /// Short name.
+    pub name: String,
+    /// Whether it holds.
+    pub ok: bool,
+    /// What was seen.
+    pub detail: String,
+}
+
+impl Invariant {
+    fn new(name: &str, ok: bool, detail: String) -> Self {
+        Self {
+            name: name.to_owned(),
+            ok,
+            detail,
+        }
+    }
+}
+
+/// The valid distinct ids of the input: a parseable id and a valid ledger value.
+pub fn valid_ids(records: &[Record]) -> HashSet<Uuid> {
+    records
+        .iter()
+        .filter(|r| Entry::parse(r.value.as_deref()).is_ok())
+        .filter_map(|r| r.id.as_deref().and_then(|s| Uuid::try_parse(s.trim()).ok()))
+        .collect()
+}
+
+/// The ids in the inbox.
+pub async fn inbox_ids_of(
+    client: &impl GenericClient,
+) -> Result<HashSet<Uuid>, tokio_postgres::Error> {
+    Ok(client
+        .query("SELECT message_id FROM inbox", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// Every produced record can be read back from the topic; valid ids missing from the inbox are
+/// split into those the broker no longer has and those the processors skipped.
+pub fn topic_complete(
+    contents: &super::topic::TopicContents,
+    valid: &HashSet<Uuid>,
+    inbox: &HashSet<Uuid>,
+    produced: u64,
+) -> Invariant {
+    let absent = valid
+        .iter()
+        .filter(|id| !contents.ids.contains_key(id))
+        .count();
+    let mut skipped: Vec<(i32, i64)> = valid
+        .iter()
+        .filter(|id| !inbox.contains(id))
+        .filter_map(|id| contents.ids.get(id).copied())
+        .collect();
+    skipped.sort_unstable();
+    let at: Vec<String> = skipped
+        .iter()
+        .take(10)
+        .map(|(p, o)| format!("p{p}@{o}"))
+        .collect();
+    let ok = contents.complete && contents.records == produced && absent == 0;
+    let place = if at.is_empty() {
+        String::new()
+    } else {
+        format!(" at {}", at.join(", "))
+    };
+    let detail =
+        format!(
+        "{} of {produced} records read back{}; {absent} valid ids absent from the topic (lost by \
+         the broker); {} valid ids in the topic but not in the inbox (skipped by the \
+         processors){place}",
+        contents.records,
+        if contents.complete { "" } else { " (not to the end)" },
+        skipped.len(),
+    );
+    Invariant::new("topic_complete", ok, detail)
+}
+
+/// Balances, their sum, inbox ids and dead letters against the model.
+pub async fn database(
+    client: &impl GenericClient,
+    valid: &HashSet<Uuid>,
+    expected: &Expected,
+) -> Result<Vec<Invariant>, tokio_postgres::Error> {
+    let balances: BTreeMap<i64, i64> = client
+        .query("SELECT account_id, amount FROM balances", &[])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let inbox = inbox_ids_of(client).await?;
+    let dead: BTreeMap<String, u64> = client
+        .query(
+            "SELECT reason, count(*) FROM dead_letters GROUP BY reason",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64))
+        .collect();
+    Ok(vec![
+        sum_of_balances(&balances, expected),
+        every_balance(&balances, expected),
+        inbox_ids(&inbox, valid),
+        dead_letters(&dead, expected),
+    ])
+}
+
+fn sum_of_balances(balances: &BTreeMap<i64, i64>, expected: &Expected) -> Invariant {
+    let (got, want) = (balances.values().sum::<i64>(), expected.total());
+    let detail = match got.cmp(&want) {
+        std::cmp::Ordering::Equal => format!("{got} = model"),
+        std::cmp::Ordering::Greater => format!("{got}, model {want}: {} too much", got - want),
+        std::cmp::Ordering::Less => format!("{got}, model {want}: {} missing", want - got),
+    };
+    Invariant::new("sum_of_balances", got == want, detail)
+}
+
+fn every_balance(balances: &BTreeMap<i64, i64>, expected: &Expected) -> Invariant {
+    let accounts: HashSet<i64> = balances
+        .keys()
+        .chain(expected.balances.keys())
+        .copied()
+        .collect();
+    let mut wrong: Vec<(i64, i64, i64)> = accounts
+        .into_iter()
+        .filter_map(|a| {
+            let got = balances.get(&a).copied().unwrap_or(0);
+            let want = expected.balances.get(&a).copied().unwrap_or(0);
+            (got != want).then_some((a, got, want))
+        })
+        .collect();
+    wrong.sort_unstable();
+    let detail = if wrong.is_empty() {
+        format!("{} accounts equal the model", expected.balances.len())
+    } else {
+        let first: Vec<String> = wrong
+            .iter()
+            .take(5)
+            .map(|(a, got, want)| format!("account {a}: {got}, model {want}"))
+            .collect();
+        format!("{} accounts differ ({})", wrong.len(), first.join("; "))
+    };
+    Invariant::new("every_balance", wrong.is_empty(), detail)
+}
+
+fn inbox_ids(inbox: &HashSet<Uuid>, valid: &HashSet<Uuid>) -> Invariant {
+    let lost = valid.difference(inbox).count();
+    let unknown = inbox.difference(valid).count();
+    let detail = format!(
+        "{} ids, model {}: {lost} valid ids missing (lost), {unknown} ids not in the input",
+        inbox.len(),
+        valid.len()
+    );
+    Invariant::new("inbox_ids", lost == 0 && unknown == 0, detail)
+}
+
+fn dead_letters(dead: &BTreeMap<String, u64>, expected: &Expected) -> Invariant {
+    let ok = *dead == expected.dead_letters;
+    let detail = if ok {
+        format!("{dead:?} = model")
+    } else {
+        format!("{dead:?}, model {:?}", expected.dead_letters)
+    };
+    Invariant::new("dead_letters", ok, detail)
+}
+
+/// How long after a paused member resumed a backwards move is attributed to its stale commit
+/// (the sampler looks every 500 ms).
+const ZOMBIE_WINDOW_S: (f64, f64) = (-0.5, 2.5);
+
+/// Committed offsets never moved backwards. Unless `strict`, a move within a moment after a
+/// paused member resumed (`resumes`, seconds) is listed but tolerated: it is that member's stale
+/// commit, which a fencing broker rejects and a non-fencing one accepts.
+pub fn offsets_monotonic(samples: &Samples, resumes: &[f64], strict: bool) -> Invariant {
+    let after_pause = |at: f64| {
+        resumes
+            .iter()
+            .any(|r| (r + ZOMBIE_WINDOW_S.0..=r + ZOMBIE_WINDOW_S.1).contains(&at))
+    };
+    let (zombie, other): (Vec<&Regression>, Vec<&Regression>) = samples
+        .regressions
+        .iter()
+        .partition(|r| !strict && after_pause(r.at_s));
+    let ok = other.is_empty() && samples.samples > 0;
+    let show = |r: &Regression| {
+        format!(
+            "partition {} from {} to {} at {:.1}s",
+            r.partition, r.from, r.to, r.at_s
+        )
+    };
+    let mut detail = match other.first() {
+        None => format!(
+            "{} samples, {} advances, no regression",
+            samples.samples, samples.advances
+        ),
+        Some(r) => format!(
+            "{} regressions in {} samples; first: {}",
+            other.len(),
+            samples.samples,
+            show(r)
+        ),
+    };
+    if !zombie.is_empty() {
+        let list: Vec<String> = zombie.iter().map(|r| show(r)).collect();
+        detail.push_str(&format!(
+            "; tolerated, right after a paused member resumed (stale commit the broker \
+             accepted): {}",
+            list.join(", ")
+        ));
+    }
+    Invariant::new("offsets_monotonic", ok, detail)
+}
+
+/// Every partition committed up to its high watermark.
+pub fn lag_zero(lag: &[PartitionLag]) -> Invariant {
+    let behind: Vec<String> = lag
+        .iter()
+        .filter(|l| l.lag() != 0)
+        .map(|l| format!("p{}: {:?}/{}", l.partition, l.committed, l.high_watermark))
+        .collect();
+    let ok = !lag.is_empty() && behind.is_empty();
+    let detail = if lag.is_empty() {
+        "offsets could not be read".to_owned()
+    } else if ok {
+        let total: i64 = lag.iter().map(|l| l.high_watermark).sum();
+        let ahead: Vec<String> = lag
+            .iter()
+            .filter(|l| l.ahead())
+            .map(|l| format!("p{}: {:?}/{}", l.partition, l.committed, l.high_watermark))
+            .collect();
+        let note = if ahead.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; committed past the broker's high watermark: {}",
+                ahead.join(", ")
+            )
+        };
+        format!(
+            "{} partitions committed to their end ({total} records){note}",
+            lag.len()
+        )
+    } else {
+        format!("behind: {}", behind.join(", "))
+    };
+    Invariant::new("lag_zero", ok, detail)
+}
+
+/// Each named count is above zero.
+pub fn faults_hit(counts: &[(&str, u64)]) -> Invariant {
+    let zero: Vec<&str> = counts
+        .iter()
+        .filter(|(_, n)| *n == 0)
+        .map(|(k, _)| *k)
+        .collect();
+    let all: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let detail = if zero.is_empty() {
+        all.join(", ")
+    } else {
+        format!("none of: {} ({})", zero.join(", "), all.join(", "))
+    };
+    Invariant::new("faults_hit", zero.is_empty(), detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expected(balances: &[(i64, i64)]) -> Expected {
+        Expected {
+            balances: balances.iter().copied().collect(),
+            ..Expected::default()
+        }
+    }
+
+    #[test]
+    fn balances_report_double_application_and_loss() {
+        let model = expected(&[(1, 10), (2, 5)]);
+        let doubled: BTreeMap<i64, i64> = [(1, 20), (2, 5)].into_iter().collect();
+        let sum = sum_of_balances(&doubled, &model);
+        assert!(
+            !sum.ok && sum.detail.contains("10 too much"),
+            "{}",
+            sum.detail
+        );
+        let each = every_balance(&doubled, &model);
+        assert!(
+            !each.ok && each.detail.starts_with("1 accounts differ"),
+            "{}",
+            each.detail
+        );
+        let lost: BTreeMap<i64, i64> = [(1, 10)].into_iter().collect();
+        assert!(sum_of_balances(&lost, &model).detail.contains("5 missing"));
+        assert!(!every_balance(&lost, &model).ok);
+        // An account that only saw rejected debits exists at 0 and is absent from the model.
+        let zero: BTreeMap<i64, i64> = [(1, 10), (2, 5), (3, 0)].into_iter().collect();
+        assert!(every_balance(&zero, &model).ok && sum_of_balances(&zero, &model).ok);
+    }
+
+    #[test]
+    fn inbox_ids_must_equal_the_valid_ids() {
+        let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let valid: HashSet<Uuid> = [a, b].into();
+        assert!(inbox_ids(&[a, b].into(), &valid).ok);
+        let lost = inbox_ids(&[a].into(), &valid);
+        assert!(
+            !lost.ok && lost.detail.contains("1 valid ids missing"),
+            "{}",
+            lost.detail
+        );
+        assert!(!inbox_ids(&[a, b, c].into(), &valid).ok);
+    }
+
+    #[test]
+    fn valid_ids_skip_bad_input() {
+        let good = |id: &str| Record {
+            key: "1".into(),
+            value: Some(br#"{"account_id":1,"amount":5}"#.to_vec()),
+            id: Some(id.into()),
+        };
+        let id = Uuid::from_u128(9).to_string();
+        let mut empty = good(&id);
+        empty.value = Some(Vec::new());
+        let records = [good(&id), good(&id), good("not-a-uuid"), empty];
+        assert_eq!(valid_ids(&records), [Uuid::from_u128(9)].into());
+    }
+
+    #[test]
+    fn a_regression_right_after_a_resume_is_tolerated_unless_strict() {
+        let at = |at_s| Regression {
+            partition: 1,
+            from: 10,
+            to: 5,
+            at_s,
+        };
+        let samples = Samples {
+            samples: 10,
+            regressions: vec![at(20.5)],
+            ..Samples::default()
+        };
+        let lenient = offsets_monotonic(&samples, &[20.0], false);
+        assert!(
+            lenient.ok && lenient.detail.contains("tolerated"),
+            "{}",
+            lenient.detail
+        );
+        assert!(!offsets_monotonic(&samples, &[20.0], true).ok);
+        assert!(!offsets_monotonic(&samples, &[10.0], false).ok);
+        assert!(
+            offsets_monotonic(
+                &Samples {
+                    samples: 3,
+                    ..Samples::default()
+                },
+                &[],
+                true
+            )
+            .ok
+        );
+    }
+
+    #[test]
+    fn lag_and_fault_counts() {
+        let at = |committed, high| PartitionLag {
+            partition: 0,
+            committed,
+            high_watermark: high,
+        };
+        assert!(lag_zero(&[at(Some(5), 5)]).ok);
+        assert!(!lag_zero(&[at(Some(4), 5)]).ok);
+        let ahead = lag_zero(&[at(Some(6), 5)]);
+        assert!(
+            ahead.ok && ahead.detail.contains("past the broker's"),
+            "{}",
+            ahead.detail
+        );
+        assert!(!lag_zero(&[at(None, 5)]).ok);
+        assert!(lag_zero(&[at(None, 0)]).ok);
+        assert!(!lag_zero(&[]).ok);
+        assert!(faults_hit(&[("kills", 2), ("retries", 1)]).ok);
+        let none = faults_hit(&[("kills", 2), ("replays", 0)]);
+        assert!(
+            !none.ok && none.detail.contains("none of: replays"),
+            "{}",
+            none.detail
+        );
+    }
+}

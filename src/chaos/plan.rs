@@ -1,0 +1,175 @@
+//! The setup of a chaos run: its flags, its errors, and its plan (names, input and model), all
+//! derived from the seed so that a failing seed replays the same input.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::error::DbError;
+use crate::generate::{generate, Expected, GeneratorSettings, KeyDistribution, Record};
+
+/// `chaos` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChaosArgs {
+    /// PostgreSQL database for the run: empty, on a server the run may restart.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// Bootstrap servers of any Kafka-protocol broker.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub brokers: String,
+    /// An existing topic with --partitions partitions; a new topic is created when absent.
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Length of the fault phase, in seconds (then the run heals and drains).
+    #[arg(long, default_value_t = 120)]
+    pub duration: u64,
+    /// Seed of the input and of every fault choice; random (and printed) when absent.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Processor processes at the start.
+    #[arg(long, default_value_t = 3)]
+    pub processors: usize,
+    /// Partitions of the topic.
+    #[arg(long, default_value_t = 6)]
+    pub partitions: i32,
+    /// Input records per second while producing (the first 80% of the fault phase).
+    #[arg(long, default_value_t = 1000.0)]
+    pub rate: f64,
+    /// Number of accounts of the input.
+    #[arg(long, default_value_t = 100)]
+    pub accounts: u64,
+    /// Shell command that stops the database like a crash; with --db-start-command, enables
+    /// database restarts.
+    #[arg(long)]
+    pub db_stop_command: Option<String>,
+    /// Shell command that starts the database again.
+    #[arg(long)]
+    pub db_start_command: Option<String>,
+    /// Extra flag for every processor (repeatable), e.g. an unsafe switch for the control run.
+    #[arg(long = "processor-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub processor_args: Vec<String>,
+    /// Marks the run as the control (a deliberately unsafe configuration) in the results.
+    #[arg(long)]
+    pub control: bool,
+    /// The processors' session timeout in ms; pauses last longer than this.
+    #[arg(long, default_value_t = 6000)]
+    pub session_timeout_ms: u64,
+    /// Longest wait for the group to drain after the faults, in seconds.
+    #[arg(long, default_value_t = 180)]
+    pub drain_timeout: u64,
+    /// Count every backwards move of a committed offset as a violation, also one right after a
+    /// paused member resumed (a broker that fences stale members, as Apache Kafka does, never
+    /// accepts that member's commit; tansu 0.6 does).
+    #[arg(long)]
+    pub strict_offsets: bool,
+    /// Directory of the results file.
+    #[arg(long, default_value = "results")]
+    pub results_dir: PathBuf,
+    /// Directory for the processors' logs and reports (a temporary one when absent).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+}
+
+/// Failure of the chaos run itself (not an invariant violation).
+#[derive(Debug, thiserror::Error)]
+pub enum ChaosError {
+    /// Kafka client failure.
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    /// Database setup failure.
+    #[error("database: {0}")]
+    Db(#[from] DbError),
+    /// A statement failed.
+    #[error("database: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// Files or processes.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Anything else that stops the run.
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// What the run is about: names, input and model.
+pub(super) struct Plan {
+    pub(super) seed: u64,
+    pub(super) topic: String,
+    pub(super) group: String,
+    pub(super) work: PathBuf,
+    pub(super) records: Vec<Record>,
+    pub(super) expected: Expected,
+    pub(super) started_at: String,
+    pub(super) stamp: String,
+}
+
+impl Plan {
+    pub(super) fn new(args: &ChaosArgs) -> Result<Self, ChaosError> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_err(|e| ChaosError::Setup(e.to_string()))?;
+        let seed = args.seed.unwrap_or(now.as_nanos() as u64 % 1_000_000_007);
+        let stamp = utc_stamp(now.as_secs());
+        let work = match &args.work_dir {
+            Some(w) => w.clone(),
+            None => std::env::temp_dir().join(format!("batch-inbox-chaos-{seed}-{stamp}")),
+        };
+        std::fs::create_dir_all(&work)?;
+        let producing = args.duration as f64 * 0.8;
+        let (records, expected) = generate(GeneratorSettings {
+            messages: (args.rate * producing) as u64,
+            accounts: args.accounts,
+            duplicate_ratio: 0.1,
+            bad_ratio: 0.01,
+            debit_ratio: 0.4,
+            id_version: 4,
+            seed,
+            keys: KeyDistribution::Uniform,
+        });
+        Ok(Self {
+            seed,
+            topic: args
+                .topic
+                .clone()
+                .unwrap_or_else(|| format!("chaos-{seed}-{stamp}")),
+            group: format!("chaos-{seed}-{stamp}"),
+            work,
+            records,
+            expected,
+            started_at: stamp.clone(),
+            stamp,
+        })
+    }
+}
+
+/// `YYYYMMDDTHHMMSSZ` for seconds since the epoch (UTC).
+fn utc_stamp(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamps() {
+        assert_eq!(utc_stamp(0), "19700101T000000Z");
+        assert_eq!(utc_stamp(951_782_400), "20000229T000000Z");
+        assert_eq!(utc_stamp(1_796_017_392), "20261130T054312Z");
+    }
+}
