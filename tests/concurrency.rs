@@ -10,29 +10,11 @@ use std::time::Duration;
 use batch_inbox::error::HandlerError;
 use batch_inbox::inbox::Inbox;
 use batch_inbox::ledger::{Entry, Ledger};
-use batch_inbox::message::{Header, Message, RawMessage};
+use batch_inbox::message::Message;
 use batch_inbox::{Handler, Rejection, Transaction};
-use bytes::Bytes;
 use common::*;
 use deadpool_postgres::Pool;
 use tokio::sync::oneshot;
-
-fn entry(offset: i64, id: &str, account: i64, amount: i64) -> RawMessage {
-    RawMessage {
-        topic: Arc::from("t"),
-        partition: 0,
-        offset,
-        timestamp_ms: None,
-        key: None,
-        payload: Some(Bytes::from(format!(
-            r#"{{"account_id":{account},"amount":{amount}}}"#
-        ))),
-        headers: vec![Header {
-            key: "id".into(),
-            value: Some(Bytes::copy_from_slice(id.as_bytes())),
-        }],
-    }
-}
 
 /// The ledger, pausing after its work (just before COMMIT) until told to commit or roll back.
 struct PausesBeforeCommit {
@@ -92,11 +74,14 @@ async fn second_session_follows_the_first(name: &str, first_commits: bool) {
     let second = Inbox::new(pool.clone(), Arc::new(Ledger), "id");
     let x = uuid(1);
 
-    let a_batch = first.decode(vec![entry(0, &x, 7, 100)]);
+    let a_batch = first.decode(vec![ledger_record(0, &x, 7, 100)]);
     let a = tokio::spawn(async move { first.apply_batch("t", 0, &a_batch).await });
     paused_rx.await.expect("A reached its COMMIT");
 
-    let b_batch = second.decode(vec![entry(1, &x, 7, 100), entry(2, &uuid(2), 7, 5)]);
+    let b_batch = second.decode(vec![
+        ledger_record(1, &x, 7, 100),
+        ledger_record(2, &uuid(2), 7, 5),
+    ]);
     let b = tokio::spawn(async move { second.apply_batch("t", 1, &b_batch).await });
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while sessions_waiting_on_a_lock(&pool).await < 1 {
@@ -157,15 +142,25 @@ async fn batches_over_the_same_accounts_in_opposite_orders_never_deadlock() {
             for (i, account) in order.iter().enumerate() {
                 let id = uuid(next);
                 next += 1;
-                records.push(entry(round * 10 + i as i64, &id, *account, 1 + round % 7));
+                records.push(ledger_record(
+                    round * 10 + i as i64,
+                    &id,
+                    *account,
+                    1 + round % 7,
+                ));
                 applied.insert(id, (*account, 1 + round % 7));
             }
             // The same two copies on both sides (accounts 1 and 6), whichever commits first.
             records.insert(
                 0,
-                entry(round * 10 + 8, &shared[0], order[0].min(order[5]), 3),
+                ledger_record(round * 10 + 8, &shared[0], order[0].min(order[5]), 3),
             );
-            records.push(entry(round * 10 + 9, &shared[1], order[0].max(order[5]), 4));
+            records.push(ledger_record(
+                round * 10 + 9,
+                &shared[1],
+                order[0].max(order[5]),
+                4,
+            ));
             sides.push(inbox.decode(records));
         }
         applied.insert(shared[0].clone(), (accounts[0], 3));

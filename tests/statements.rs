@@ -13,23 +13,6 @@ use batch_inbox::message::{Header, RawMessage};
 use bytes::Bytes;
 use common::*;
 
-fn entry(offset: i64, id: &str, account: i64, amount: i64) -> RawMessage {
-    RawMessage {
-        topic: Arc::from("t"),
-        partition: 0,
-        offset,
-        timestamp_ms: None,
-        key: None,
-        payload: Some(Bytes::from(format!(
-            r#"{{"account_id":{account},"amount":{amount}}}"#
-        ))),
-        headers: vec![Header {
-            key: "id".into(),
-            value: Some(Bytes::copy_from_slice(id.as_bytes())),
-        }],
-    }
-}
-
 fn batch(first_offset: i64, n: usize, seed: u64) -> Vec<RawMessage> {
     let settings = GeneratorSettings {
         messages: n as u64,
@@ -78,7 +61,7 @@ async fn statements_per_batch_do_not_grow_with_batch_size() {
     let warm = inbox.decode(batch(0, 50, 1));
     inbox.apply_batch("t", 0, &warm).await.unwrap();
     let before = counter.get();
-    let with_new_account = inbox.decode(vec![entry(500, &uuid(500), 99, 5)]);
+    let with_new_account = inbox.decode(vec![ledger_record(500, &uuid(500), 99, 5)]);
     let outcome = inbox.apply_batch("t", 0, &with_new_account).await.unwrap();
     assert_eq!((outcome.new, outcome.rejected), (1, 0));
     // BEGIN, inbox, lock (99 missing), ensure, lock 99, write, COMMIT; no dead letters.

@@ -311,3 +311,26 @@ pub async fn tables(pool: &Pool) -> Tables {
 pub fn uuid(n: u32) -> String {
     format!("00000000-0000-4000-8000-{n:012}")
 }
+
+/// A ledger record of partition 0 of topic `t`: id header `id`, value `{account_id, amount}`.
+pub fn ledger_record(
+    offset: i64,
+    id: &str,
+    account: i64,
+    amount: i64,
+) -> batch_inbox::message::RawMessage {
+    batch_inbox::message::RawMessage {
+        topic: Arc::from("t"),
+        partition: 0,
+        offset,
+        timestamp_ms: None,
+        key: None,
+        payload: Some(bytes::Bytes::from(format!(
+            r#"{{"account_id":{account},"amount":{amount}}}"#
+        ))),
+        headers: vec![batch_inbox::message::Header {
+            key: "id".into(),
+            value: Some(bytes::Bytes::copy_from_slice(id.as_bytes())),
+        }],
+    }
+}
