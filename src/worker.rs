@@ -104,6 +104,8 @@ pub struct PartitionWorker<H: Handler, S: OffsetSink> {
     at_eof: Arc<AtomicBool>,
     tracker: OffsetTracker,
     batcher: Batcher<RawMessage>,
+    /// The offset the next record should have (None before the first record).
+    expected: Option<i64>,
 }
 
 enum Step {
@@ -135,6 +137,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             at_eof,
             tracker: OffsetTracker::default(),
             batcher,
+            expected: None,
         }
     }
 
@@ -163,6 +166,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 Step::Linger => self.batcher.tick(Instant::now()),
                 Step::Input(Some(Input::Record(raw))) => {
                     self.at_eof.store(false, Ordering::Release);
+                    self.check_offset(raw.offset);
                     let size = raw.size_bytes();
                     self.batcher.push(raw, size, Instant::now());
                 }
@@ -182,6 +186,27 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 return Ok(());
             }
         }
+    }
+
+    /// Logs where the assignment starts and counts a gap: a record whose offset is not the
+    /// previous one's + 1 (legitimate in Kafka after compaction or transaction markers, but
+    /// never with this project's producer, so it means records the source skipped).
+    fn check_offset(&mut self, offset: i64) {
+        match self.expected {
+            None => tracing::info!(
+                topic = %self.topic, partition = self.partition, offset,
+                "first record of the assignment"
+            ),
+            Some(expected) if expected != offset => {
+                self.stats.offset_gaps.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    topic = %self.topic, partition = self.partition, expected, received = offset,
+                    "offset gap: the source skipped records"
+                );
+            }
+            Some(_) => {}
+        }
+        self.expected = Some(offset + 1);
     }
 
     /// Commits every closed batch in order. Returns false when one was abandoned (the worker
