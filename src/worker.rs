@@ -29,6 +29,9 @@ use crate::offsets::OffsetTracker;
 use crate::stats::Stats;
 
 mod poison;
+mod sequence;
+
+use sequence::Sequence;
 
 /// What a partition's source yields.
 #[derive(Debug)]
@@ -104,8 +107,7 @@ pub struct PartitionWorker<H: Handler, S: OffsetSink> {
     at_eof: Arc<AtomicBool>,
     tracker: OffsetTracker,
     batcher: Batcher<RawMessage>,
-    /// The offset the next record should have (None before the first record).
-    expected: Option<i64>,
+    sequence: Sequence,
 }
 
 enum Step {
@@ -137,7 +139,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             at_eof,
             tracker: OffsetTracker::default(),
             batcher,
-            expected: None,
+            sequence: Sequence::default(),
         }
     }
 
@@ -166,7 +168,9 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 Step::Linger => self.batcher.tick(Instant::now()),
                 Step::Input(Some(Input::Record(raw))) => {
                     self.at_eof.store(false, Ordering::Release);
-                    self.check_offset(raw.offset);
+                    let (topic, stats) = (&self.topic, &self.stats);
+                    self.sequence
+                        .observe(topic, self.partition, raw.offset, stats);
                     let size = raw.size_bytes();
                     self.batcher.push(raw, size, Instant::now());
                 }
@@ -186,27 +190,6 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 return Ok(());
             }
         }
-    }
-
-    /// Logs where the assignment starts and counts a gap: a record whose offset is not the
-    /// previous one's + 1 (legitimate in Kafka after compaction or transaction markers, but
-    /// never with this project's producer, so it means records the source skipped).
-    fn check_offset(&mut self, offset: i64) {
-        match self.expected {
-            None => tracing::info!(
-                topic = %self.topic, partition = self.partition, offset,
-                "first record of the assignment"
-            ),
-            Some(expected) if expected != offset => {
-                self.stats.offset_gaps.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    topic = %self.topic, partition = self.partition, expected, received = offset,
-                    "offset gap: the source skipped records"
-                );
-            }
-            Some(_) => {}
-        }
-        self.expected = Some(offset + 1);
     }
 
     /// Commits every closed batch in order. Returns false when one was abandoned (the worker
