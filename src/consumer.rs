@@ -1,7 +1,8 @@
 //! The Kafka side: a consumer-group member with one queue and one worker per assigned partition.
 //!
 //! Invariant: `enable.auto.offset.store=false`; offsets are stored only by partition workers,
-//! after their batch committed in PostgreSQL, and committed to Kafka by the client's auto-commit,
+//! after their batch committed in PostgreSQL, and, when an assignment takes effect, as its start
+//! offsets taken from the database (everything before them committed there); committed to Kafka by the client's auto-commit,
 //! at revoke and at shutdown. Partition queues are split inside the rebalance callback, *before*
 //! the assignment takes effect, so no record of an assigned partition ever reaches the main queue
 //! and order within a partition is kept. On revoke, the partition's worker commits what it has
@@ -171,10 +172,11 @@ impl ConsumerContext for GroupContext {
                     hook(base, tpl);
                 }
                 self.pre_rebalance(base, &Rebalance::Assign(tpl));
-                match cooperative {
+                let assigned = match cooperative {
                     true => base.incremental_assign(tpl),
                     false => base.assign(tpl),
-                }
+                };
+                assigned.map(|()| store_start_offsets(base, tpl))
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 self.pre_rebalance(base, &Rebalance::Revoke(tpl));
@@ -320,6 +322,27 @@ fn wait_for_workers(workers: Vec<WorkerHandle>, timeout: Duration) {
             }
         })
     });
+}
+
+/// Stores, for Kafka's next commit, the explicit start offsets of a new assignment (only the
+/// [`AssignHook`] sets them: offsets from the database, before which everything is committed
+/// there). Otherwise a partition at its end would keep Kafka's older committed offset, and a lag
+/// above 0, until a new record arrived.
+fn store_start_offsets(base: &BaseConsumer<GroupContext>, tpl: &TopicPartitionList) {
+    let mut start = TopicPartitionList::new();
+    for e in tpl.elements() {
+        if let Offset::Offset(o) = e.offset() {
+            if let Err(e) = start.add_partition_offset(e.topic(), e.partition(), Offset::Offset(o))
+            {
+                tracing::warn!("cannot store a start offset: {e}");
+            }
+        }
+    }
+    if start.count() > 0 {
+        if let Err(e) = base.store_offsets(&start) {
+            tracing::warn!("cannot store the start offsets for Kafka's commit: {e}");
+        }
+    }
 }
 
 fn commit_stored(consumer: &KafkaConsumer, mode: CommitMode) {

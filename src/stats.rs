@@ -32,6 +32,9 @@ pub struct Stats {
     pub replays_avoided: AtomicU64,
     /// Offsets the client refused to store (the partition was no longer assigned).
     pub offsets_refused: AtomicU64,
+    /// Records whose offset was not the previous record's offset + 1 within one partition
+    /// worker (a gap: records the source skipped; never expected with this project's producer).
+    pub offset_gaps: AtomicU64,
     /// Latency and batch-size measurements.
     pub metrics: crate::metrics::Metrics,
     /// Prometheus metrics and live gauges (lag, in-flight batches, assigned partitions).
@@ -69,6 +72,9 @@ pub struct StatsSnapshot {
     /// Offsets the client refused to store (partition no longer assigned).
     #[serde(default)]
     pub offsets_refused: u64,
+    /// Offset gaps seen by partition workers.
+    #[serde(default)]
+    pub offset_gaps: u64,
 }
 
 impl Stats {
@@ -100,6 +106,7 @@ impl Stats {
             poison_failures: self.poison_failures.load(Relaxed),
             replays_avoided: self.replays_avoided.load(Relaxed),
             offsets_refused: self.offsets_refused.load(Relaxed),
+            offset_gaps: self.offset_gaps.load(Relaxed),
         }
     }
 }

@@ -29,6 +29,9 @@ use crate::offsets::OffsetTracker;
 use crate::stats::Stats;
 
 mod poison;
+mod sequence;
+
+use sequence::Sequence;
 
 /// What a partition's source yields.
 #[derive(Debug)]
@@ -104,6 +107,7 @@ pub struct PartitionWorker<H: Handler, S: OffsetSink> {
     at_eof: Arc<AtomicBool>,
     tracker: OffsetTracker,
     batcher: Batcher<RawMessage>,
+    sequence: Sequence,
 }
 
 enum Step {
@@ -135,6 +139,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             at_eof,
             tracker: OffsetTracker::default(),
             batcher,
+            sequence: Sequence::default(),
         }
     }
 
@@ -163,6 +168,9 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 Step::Linger => self.batcher.tick(Instant::now()),
                 Step::Input(Some(Input::Record(raw))) => {
                     self.at_eof.store(false, Ordering::Release);
+                    let (topic, stats) = (&self.topic, &self.stats);
+                    self.sequence
+                        .observe(topic, self.partition, raw.offset, stats);
                     let size = raw.size_bytes();
                     self.batcher.push(raw, size, Instant::now());
                 }

@@ -86,9 +86,23 @@ pub fn topic_complete(
     } else {
         format!(" at {}", at.join(", "))
     };
+    let sequence = if contents.out_of_sequence == 0 {
+        String::new()
+    } else {
+        let first: Vec<String> = contents
+            .out_of_sequence_at
+            .iter()
+            .map(|(p, want, got)| format!("p{p}: {got} after {}", want - 1))
+            .collect();
+        format!(
+            " ({} records out of offset sequence: {})",
+            contents.out_of_sequence,
+            first.join(", ")
+        )
+    };
     let detail =
         format!(
-        "{} of {produced} records read back{}; {absent} valid ids absent from the topic (lost by \
+        "{} of {produced} records read back{}{sequence}; {absent} valid ids absent from the topic (lost by \
          the broker); {} valid ids in the topic but not in the inbox (skipped by the \
          processors){place}",
         contents.records,

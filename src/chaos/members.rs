@@ -102,7 +102,12 @@ impl Cluster {
             .arg(&report)
             .args(["--report-every-ms", "250"])
             .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info,rdkafka=warn")
+            // CHAOS_RUST_LOG overrides the members' log filter (e.g. librdkafka=debug together
+            // with `--processor-arg=-X --processor-arg=debug=fetch` to trace fetches).
+            .env(
+                "RUST_LOG",
+                std::env::var("CHAOS_RUST_LOG").unwrap_or_else(|_| "info,rdkafka=warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)

@@ -42,6 +42,8 @@ pub struct Tally {
     pub replays_avoided: u64,
     /// Offset stores refused because the partition was no longer assigned.
     pub offsets_refused: u64,
+    /// Offset gaps the partition workers logged (records the source skipped).
+    pub offset_gaps: u64,
 }
 
 impl Tally {
@@ -56,6 +58,8 @@ impl Tally {
                     self.revokes += 1;
                 } else if line.contains("will retry") {
                     self.retries_logged += 1;
+                } else if line.contains("offset gap") {
+                    self.offset_gaps += 1;
                 }
             }
         }

@@ -24,6 +24,25 @@ pub struct TopicContents {
     pub ids: HashMap<Uuid, (i32, i64)>,
     /// Every partition was read to its end before the deadline.
     pub complete: bool,
+    /// Records whose offset is not the previous record's (of the same partition) + 1: a broker
+    /// that gives two records one offset, or skips offsets. Never expected with this producer.
+    pub out_of_sequence: u64,
+    /// The first of those, as (partition, expected offset, offset read).
+    pub out_of_sequence_at: Vec<(i32, i64, i64)>,
+}
+
+impl TopicContents {
+    /// Counts `offset` of `partition` against the previous record's.
+    fn check_sequence(&mut self, last: &mut HashMap<i32, i64>, partition: i32, offset: i64) {
+        if let Some(prev) = last.insert(partition, offset) {
+            if offset != prev + 1 {
+                self.out_of_sequence += 1;
+                if self.out_of_sequence_at.len() < 10 {
+                    self.out_of_sequence_at.push((partition, prev + 1, offset));
+                }
+            }
+        }
+    }
 }
 
 /// Reads every partition from the beginning to its end (or until `deadline`).
@@ -47,6 +66,7 @@ pub fn read_all(
     consumer.assign(&tpl)?;
     let mut at_end: HashSet<i32> = HashSet::new();
     let mut out = TopicContents::default();
+    let mut last_offset: HashMap<i32, i64> = HashMap::new();
     // Some brokers report a partition's end before its last records: keep reading a moment
     // after every partition reported its end.
     let mut linger_until: Option<Instant> = None;
@@ -57,6 +77,7 @@ pub fn read_all(
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 out.records += 1;
+                out.check_sequence(&mut last_offset, m.partition(), m.offset());
                 let id = m.headers().and_then(|hs| {
                     hs.iter()
                         .find(|h| h.key == "id")
