@@ -6,33 +6,21 @@ mod common;
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use batch_inbox::batcher::BatcherSettings;
 use batch_inbox::error::HandlerError;
 use batch_inbox::inbox::Inbox;
 use batch_inbox::ledger::{Entry, Ledger};
 use batch_inbox::message::{Header, Message, RawMessage};
 use batch_inbox::stats::{Stats, StatsSnapshot};
-use batch_inbox::worker::{Input, OffsetSink, PartitionWorker, RetryPolicy, WorkerSettings};
+use batch_inbox::worker::{Input, PartitionWorker};
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use bytes::Bytes;
 use common::*;
 use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-
-/// Offsets stored, in order.
-#[derive(Default)]
-struct Recorded(Mutex<Vec<i64>>);
-
-impl OffsetSink for Recorded {
-    fn store(&self, _topic: &str, _partition: i32, next_offset: i64) -> Result<(), String> {
-        self.0.lock().unwrap().push(next_offset);
-        Ok(())
-    }
-}
 
 /// The ledger, except that any transaction holding a poison id fails with a division by zero
 /// (SQLSTATE 22012: not transient).
@@ -94,17 +82,7 @@ async fn run(
     });
     let sink = Arc::new(Recorded::default());
     let stats = Arc::new(Stats::default());
-    let settings = WorkerSettings {
-        mode,
-        batcher: BatcherSettings {
-            max_items: (n as usize).try_into().unwrap(),
-            max_bytes: (1usize << 20).try_into().unwrap(),
-            linger: Duration::from_secs(60),
-        },
-        retry: RetryPolicy::default(),
-        unsafe_offsets_before_commit: false,
-        unsafe_no_inbox: false,
-    };
+    let settings = worker_settings(mode, n as usize, 1usize << 20);
     let inbox = Inbox::new(pool.clone(), handler, "id").with_offsets_in_db(Some("g"));
     let worker = PartitionWorker::new(
         Arc::from("t"),

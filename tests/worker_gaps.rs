@@ -3,30 +3,17 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use batch_inbox::batcher::BatcherSettings;
 use batch_inbox::inbox::Inbox;
 use batch_inbox::ledger::Ledger;
 use batch_inbox::message::{Header, RawMessage};
 use batch_inbox::stats::Stats;
-use batch_inbox::worker::{Input, OffsetSink, PartitionWorker, RetryPolicy, WorkerSettings};
+use batch_inbox::worker::{Input, PartitionWorker};
 use batch_inbox::Mode;
 use bytes::Bytes;
 use common::*;
 use tokio_util::sync::CancellationToken;
-
-/// Offsets stored, in order.
-#[derive(Default)]
-struct Recorded(Mutex<Vec<i64>>);
-
-impl OffsetSink for Recorded {
-    fn store(&self, _topic: &str, _partition: i32, next_offset: i64) -> Result<(), String> {
-        self.0.lock().unwrap().push(next_offset);
-        Ok(())
-    }
-}
 
 fn record(offset: i64) -> RawMessage {
     RawMessage {
@@ -51,17 +38,7 @@ async fn run_worker(name: &str, offsets: &[i64]) -> (Arc<Stats>, Vec<i64>, i64) 
     let (_url, pool) = fresh_db(name).await;
     let sink = Arc::new(Recorded::default());
     let stats = Arc::new(Stats::default());
-    let settings = WorkerSettings {
-        mode: Mode::Batched,
-        batcher: BatcherSettings {
-            max_items: 2.try_into().unwrap(),
-            max_bytes: 1_000_000.try_into().unwrap(),
-            linger: Duration::from_secs(60),
-        },
-        retry: RetryPolicy::default(),
-        unsafe_offsets_before_commit: false,
-        unsafe_no_inbox: false,
-    };
+    let settings = worker_settings(Mode::Batched, 2, 1_000_000);
     let worker = PartitionWorker::new(
         Arc::from("t"),
         0,

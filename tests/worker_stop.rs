@@ -4,32 +4,19 @@
 mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use batch_inbox::batcher::BatcherSettings;
 use batch_inbox::error::HandlerError;
 use batch_inbox::inbox::Inbox;
 use batch_inbox::ledger::{Entry, Ledger};
 use batch_inbox::message::{Header, Message, RawMessage};
 use batch_inbox::stats::Stats;
-use batch_inbox::worker::{Input, OffsetSink, PartitionWorker, RetryPolicy, WorkerSettings};
+use batch_inbox::worker::{Input, PartitionWorker};
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use bytes::Bytes;
 use common::*;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
-
-/// Offsets stored, in order.
-#[derive(Default)]
-struct Recorded(Mutex<Vec<i64>>);
-
-impl OffsetSink for Recorded {
-    fn store(&self, _topic: &str, _partition: i32, next_offset: i64) -> Result<(), String> {
-        self.0.lock().unwrap().push(next_offset);
-        Ok(())
-    }
-}
 
 /// The first call asks the worker to stop and then fails transiently; later calls succeed.
 struct FailsWhileStopping {
@@ -87,17 +74,7 @@ async fn nothing_commits_after_a_batch_abandoned_at_shutdown() {
         calls: AtomicU32::new(0),
     });
     let sink = Arc::new(Recorded::default());
-    let settings = WorkerSettings {
-        mode: Mode::Batched,
-        batcher: BatcherSettings {
-            max_items: 10.try_into().unwrap(),
-            max_bytes: 150.try_into().unwrap(),
-            linger: Duration::from_secs(60),
-        },
-        retry: RetryPolicy::default(),
-        unsafe_offsets_before_commit: false,
-        unsafe_no_inbox: false,
-    };
+    let settings = worker_settings(Mode::Batched, 10, 150);
     let worker = PartitionWorker::new(
         Arc::from("t"),
         0,

@@ -334,3 +334,29 @@ pub fn ledger_record(
         }],
     }
 }
+
+/// An offset sink that records every stored position, in order.
+#[derive(Default)]
+pub struct Recorded(pub std::sync::Mutex<Vec<i64>>);
+
+impl batch_inbox::worker::OffsetSink for Recorded {
+    fn store(&self, _topic: &str, _partition: i32, next_offset: i64) -> Result<(), String> {
+        self.0.lock().unwrap().push(next_offset);
+        Ok(())
+    }
+}
+
+/// Worker settings with a 60 s linger (batches close on size, or at the source's end).
+pub fn worker_settings(mode: Mode, max_items: usize, max_bytes: usize) -> WorkerSettings {
+    WorkerSettings {
+        mode,
+        batcher: BatcherSettings {
+            max_items: max_items.try_into().unwrap(),
+            max_bytes: max_bytes.try_into().unwrap(),
+            linger: Duration::from_secs(60),
+        },
+        retry: RetryPolicy::default(),
+        unsafe_offsets_before_commit: false,
+        unsafe_no_inbox: false,
+    }
+}
