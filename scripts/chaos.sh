@@ -9,7 +9,7 @@
 #                                   checker must FAIL (exit 1)
 #
 # Starts its OWN PostgreSQL server (initdb in a temporary directory, a free port, fsync on), the
-# only one it restarts, and a tansu broker unless --brokers is given. Prints the seed, the faults
+# only one it restarts, and a nisshi broker unless --brokers is given. Prints the seed, the faults
 # and PASS/FAIL, writes results/chaos-<timestamp>.json (results/chaos-control-… for --unsafe).
 # Exit status: 0 PASS, 1 an invariant was violated, 2 the run itself failed. Other flags go to
 # `batch-inbox chaos` (see `batch-inbox chaos --help`). KEEP=1 keeps the logs and the server.
@@ -79,18 +79,9 @@ psql -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
   -c "CREATE DATABASE \"$db\"" >/dev/null
 
 if [ -z "$brokers" ]; then
-  ensure_tansu
-  bport=$(free_port)
-  "$HOME/.cargo/bin/tansu" broker --listener-url "tcp://127.0.0.1:$bport" \
-    --advertised-listener-url "tcp://127.0.0.1:$bport" --storage-engine memory://tansu/ \
-    >"$work/tansu.log" 2>&1 &
-  broker_pid=$!
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$bport") 2>/dev/null && break
-    sleep 0.1
-  done
-  brokers="127.0.0.1:$bport"
-  log "tansu broker on $brokers"
+  start_nisshi "$work/broker.log"
+  broker_pid=$BROKER_PID brokers=$BROKER_ADDR
+  log "nisshi broker on $brokers"
 fi
 
 status=0

@@ -5,7 +5,7 @@
 #   scripts/loadtest.sh --quick   smoke run (small input, < 3 minutes), results in target/loadtest-quick/
 #
 # Steps: build release; ensure PostgreSQL (with pg_stat_statements, to count statements); start
-# tansu (or use $KAFKA_BROKERS); produce ONE input set with duplicates, bad input and overdrafts;
+# a nisshi broker (or use $KAFKA_BROKERS); produce ONE input set with duplicates, bad input and overdrafts;
 # then, each on a fresh database and consumer group, drain it with: the per-message baseline, the
 # batched mode over a batch-size sweep, and a consume-only drain (broker/client ceiling); copy the
 # same ids with binary COPY (database ceiling); run fixed-rate latency runs at half the best
@@ -67,23 +67,10 @@ start_broker() {
     log "using broker $KAFKA_BROKERS"
     return
   fi
-  ensure_tansu
-  local port
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  "$HOME/.cargo/bin/tansu" broker --listener-url "tcp://127.0.0.1:$port" \
-    --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine memory://tansu/ \
-    >"$work/tansu.log" 2>&1 &
-  broker_pid=$!
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-    sleep 0.1
-  done
-  export KAFKA_BROKERS="127.0.0.1:$port"
-  # tansu answers some fetches at the end of a partition with an error, after which librdkafka
-  # waits fetch.error.backoff.ms (500 ms) before fetching that partition again: that pause, not
-  # the processor, would dominate the latency tail.
-  consumer_props=(-X fetch.error.backoff.ms=10)
-  log "tansu broker on $KAFKA_BROKERS"
+  start_nisshi "$work/broker.log"
+  broker_pid=$BROKER_PID
+  export KAFKA_BROKERS=$BROKER_ADDR
+  log "nisshi broker on $KAFKA_BROKERS"
 }
 
 db_url() { echo "postgres://postgres@127.0.0.1:5432/$1"; }
@@ -145,7 +132,7 @@ json.dump({
   "kernel": platform.release(), "postgres_version": q("SHOW server_version"),
   "synchronous_commit": q("SHOW synchronous_commit"), "fsync": q("SHOW fsync"),
   "pg_test_fsync_fdatasync_ops_per_s": fsync_rate(),
-  "broker": "tansu 0.6.0 (memory storage)" if "${broker_pid}" else "${KAFKA_BROKERS:-}",
+  "broker": "nisshi ${NISSHI_VERSION} (memory storage)" if "${broker_pid}" else "${KAFKA_BROKERS:-}",
   "messages": ${MESSAGES}, "accounts": ${ACCOUNTS}, "partitions": ${PARTITIONS},
   "duplicate_ratio": ${DUPLICATE_RATIO}, "bad_ratio": ${BAD_RATIO}, "debit_ratio": ${DEBIT_RATIO},
   "id_version": ${ID_VERSION}, "linger_ms": ${LINGER_MS}, "pool_size": ${POOL_SIZE},

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests, integration tests against the real PostgreSQL and librdkafka's mock
-# cluster, and end-to-end tests of the binary against a tansu broker process.
+# cluster, and end-to-end tests of the binary against a nisshi broker process (built once per
+# machine on first use, about 10 minutes; scripts/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ensure_postgres
-ensure_tansu
+ensure_nisshi
 cargo test "$@"
 # The crash tests need the binary built with failpoints (off in every other build).
 cargo test --features failpoints --test faults "$@"
