@@ -162,7 +162,8 @@ pub struct RunArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub pipeline: PipelineArgs,
-    /// Exit 0 once every assigned partition is at its end and everything is committed.
+    /// Exit 0 once the consumer group has committed every partition of the topic to its end
+    /// (this member's and the others': a backfill is done only when the whole topic is).
     #[arg(long, env = "BATCH_INBOX_EXIT_ON_EOF")]
     pub exit_on_eof: bool,
     /// Exit 0 once this many records are committed (fixed-rate load tests).

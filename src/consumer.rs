@@ -294,10 +294,11 @@ impl GroupContext {
         }
     }
 
-    /// True when at least one partition is assigned and every one is at its end, committed.
-    pub fn all_at_eof(&self) -> bool {
+    /// True when every partition this member holds is at its end with everything committed
+    /// (also when it holds none). Whether the topic is done for the group is [`crate::drain`]'s.
+    pub fn local_at_eof(&self) -> bool {
         let workers = self.lock_workers();
-        !workers.is_empty() && workers.values().all(|w| w.at_eof.load(Ordering::Acquire))
+        workers.values().all(|w| w.at_eof.load(Ordering::Acquire))
     }
 }
 
@@ -404,6 +405,59 @@ pub fn queue_input(
 /// A subscribed group member. Drop it to leave the group.
 pub struct GroupMember {
     consumer: Arc<KafkaConsumer>,
+    topic: Arc<str>,
+}
+
+/// The group-wide end-of-topic check of `--exit-on-eof`, run off the async threads (it waits on
+/// broker requests), at most every [`DrainWatch::EVERY`] while this member's partitions are at
+/// their end.
+#[derive(Default)]
+struct DrainWatch {
+    running: Option<JoinHandle<KafkaResult<Vec<crate::drain::PartitionEnd>>>>,
+    last_start: Option<tokio::time::Instant>,
+    last_pending: Option<Vec<String>>,
+}
+
+impl DrainWatch {
+    const EVERY: Duration = Duration::from_millis(250);
+
+    fn start(&mut self, consumer: &Arc<KafkaConsumer>, topic: &Arc<str>) {
+        let now = tokio::time::Instant::now();
+        if self.running.is_some() || self.last_start.is_some_and(|t| now - t < Self::EVERY) {
+            return;
+        }
+        self.last_start = Some(now);
+        let (consumer, topic) = (consumer.clone(), topic.clone());
+        self.running = Some(tokio::task::spawn_blocking(move || {
+            // This member's own drained partitions count at once, not at the next auto-commit.
+            commit_stored(&consumer, CommitMode::Sync);
+            crate::drain::partition_ends(consumer.as_ref(), &topic)
+        }));
+    }
+
+    /// Resolves when a running check ends: true when the whole topic is committed by the group.
+    /// Pending forever while no check runs.
+    async fn outcome(&mut self) -> bool {
+        let Some(running) = self.running.as_mut() else {
+            return std::future::pending().await;
+        };
+        let result = running.await;
+        self.running = None;
+        let pending = match result {
+            Ok(Ok(ends)) => crate::drain::pending(&ends),
+            Ok(Err(e)) => Some(vec![format!("cannot read the group's offsets: {e}")]),
+            Err(e) => Some(vec![format!("the check failed: {e}")]),
+        };
+        if pending.is_some() && pending != self.last_pending {
+            let left = pending.as_deref().unwrap_or_default().join(", ");
+            tracing::info!(
+                "this member's partitions are drained; waiting for the group to commit the rest \
+                 of the topic: {left}"
+            );
+        }
+        self.last_pending = pending;
+        self.last_pending.is_none()
+    }
 }
 
 impl GroupMember {
@@ -427,7 +481,10 @@ impl GroupMember {
             let _ = consumer.context().on_assign.set(hook);
         }
         consumer.subscribe(&[&settings.topic])?;
-        Ok(Self { consumer })
+        Ok(Self {
+            consumer,
+            topic: Arc::from(settings.topic.as_str()),
+        })
     }
 
     /// Sends librdkafka's statistics to `sink` from now on (set once).
@@ -441,23 +498,32 @@ impl GroupMember {
     }
 
     /// Polls the group (rebalances, errors) until `done` resolves, `finished` answers true
-    /// (checked every 50 ms), or a worker fails.
+    /// (checked every 50 ms), a worker fails, or, with `until_drained`, the whole topic is
+    /// committed by the group ([`crate::drain`]).
     pub async fn poll_until(
         &self,
         done: impl Future<Output = ()>,
         failures: &mut mpsc::UnboundedReceiver<RunError>,
         finished: impl Fn(&GroupContext) -> bool,
+        until_drained: bool,
     ) -> Result<(), RunError> {
         let mut done = pin!(done);
         let mut check = tokio::time::interval(Duration::from_millis(50));
+        let mut drain = DrainWatch::default();
         loop {
             tokio::select! {
                 biased;
                 _ = &mut done => return Ok(()),
                 Some(e) = failures.recv() => return Err(e),
+                drained = drain.outcome() => if drained {
+                    return Ok(());
+                },
                 _ = check.tick() => {
                     if finished(self.consumer.context()) {
                         return Ok(());
+                    }
+                    if until_drained && self.consumer.context().local_at_eof() {
+                        drain.start(&self.consumer, &self.topic);
                     }
                 }
                 r = self.consumer.recv() => match r {

@@ -31,6 +31,7 @@ pub mod db;
 pub mod db_tls;
 pub mod dead_letter;
 pub mod demo;
+pub mod drain;
 pub mod error;
 pub mod exporter;
 pub mod failpoint;

@@ -30,7 +30,8 @@ pub struct ProcessorConfig {
     pub worker: WorkerSettings,
     /// Header carrying the message id.
     pub id_header: String,
-    /// Return once every assigned partition is at its end and committed.
+    /// Return once every partition of the topic is committed to its end by the group (this
+    /// member's and the others'; see [`crate::drain`]).
     pub exit_on_eof: bool,
     /// Return once this many records are committed (for fixed-rate measurements).
     pub exit_after_records: Option<u64>,
@@ -69,7 +70,7 @@ impl ProcessorConfig {
         }
     }
 
-    /// Returns once every assigned partition is drained and committed (`--exit-on-eof`).
+    /// Returns once the whole topic is committed to its end by the group (`--exit-on-eof`).
     pub fn until_drained(mut self) -> Self {
         self.exit_on_eof = true;
         self.kafka.partition_eof = true;
@@ -114,13 +115,15 @@ pub async fn run_with_stats<H: Handler>(
     let member = GroupMember::new(&config.kafka, config.revoke_timeout, spawn, on_assign)?;
     let observed = stats.clone();
     member.on_statistics(Box::new(move |s| observed.telemetry.record_statistics(s)));
-    let (exit_on_eof, limit) = (config.exit_on_eof, config.exit_after_records);
+    let limit = config.exit_after_records;
     let counted = stats.clone();
-    let finished = move |group: &GroupContext| {
+    let finished = move |_: &GroupContext| {
         let records = counted.records.load(std::sync::atomic::Ordering::Relaxed);
-        (exit_on_eof && group.all_at_eof()) || limit.is_some_and(|n| records >= n)
+        limit.is_some_and(|n| records >= n)
     };
-    let result = member.poll_until(shutdown, &mut fail_rx, finished).await;
+    let result = member
+        .poll_until(shutdown, &mut fail_rx, finished, config.exit_on_eof)
+        .await;
     member.shutdown().await;
     result
 }

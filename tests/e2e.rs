@@ -1,4 +1,4 @@
-//! The `batch-inbox` binary as a separate process against a tansu broker process.
+//! The `batch-inbox` binary as a separate process against a real broker process (nisshi).
 
 #[path = "common/broker.rs"]
 mod broker;
@@ -59,7 +59,7 @@ fn produce(url: &str, broker: &Broker, topic: &str, expect: &std::path::Path) ->
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn binary_applies_a_tansu_topic_exactly_once() {
+async fn binary_applies_a_real_broker_topic_exactly_once() {
     let broker = Broker::start();
     let (url, pool) = fresh_db("e2e").await;
     let expect = std::env::temp_dir().join("batch-inbox-e2e-expected.json");

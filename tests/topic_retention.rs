@@ -1,4 +1,4 @@
-//! `run --retention` reads the topic's `retention.ms` from a real broker (tansu) through the
+//! `run --retention` reads the topic's `retention.ms` from a real broker (nisshi) through the
 //! standard admin API and compares it with the inbox retention.
 
 #[path = "common/broker.rs"]
