@@ -3,6 +3,10 @@
 //! after a Kafka offset commit; a restart then reaches the model's exact state. A control run in
 //! a deliberately unsafe configuration under the same faults must be reported as wrong, or the
 //! check proves nothing.
+//!
+//! No timing is assumed: the crashing run gets the first half of the input and runs until its
+//! failpoint fires (it has no `--exit-on-eof`), and the second half is produced only after the
+//! crash, so the crash always lands with input left to process, however fast the machine.
 #![cfg(feature = "failpoints")]
 
 mod common;
@@ -10,7 +14,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use batch_inbox::generate::{generate, Expected, GeneratorSettings};
+use batch_inbox::generate::{generate, Expected, GeneratorSettings, Record};
 use batch_inbox::stats::StatsSnapshot;
 use batch_inbox::verify::{differences, observe};
 use common::*;
@@ -29,7 +33,7 @@ fn run_binary(url: &str, kafka: &Kafka, failpoints: &str, extra: &[&str]) -> Exi
     let report = tempfile_path("report.json");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_batch-inbox"));
     cmd.args(["run", "--database-url", url, "--brokers", &kafka.brokers])
-        .args(["--topic", &kafka.topic, "--group", "g", "--exit-on-eof"])
+        .args(["--topic", &kafka.topic, "--group", "g"])
         .args(["--batch-size", "50", "--batch-linger-ms", "5"])
         .args([
             "-X",
@@ -79,19 +83,59 @@ fn rand_suffix() -> u64 {
     N.fetch_add(1, Ordering::SeqCst)
 }
 
-/// A fresh database and a two-partition topic holding `messages` generated records (with
-/// duplicates, bad input and overdrafts).
-async fn setup(name: &str, messages: u64) -> (String, Pool, Kafka, Expected) {
+/// A test's input: `messages` generated records (with duplicates, bad input and overdrafts) on a
+/// two-partition topic, of which the first half is produced at once and the rest by
+/// [`Input::produce_the_rest`].
+struct Input {
+    url: String,
+    pool: Pool,
+    kafka: Kafka,
+    expected: Expected,
+    rest: Vec<Record>,
+}
+
+async fn setup(name: &str, messages: u64) -> Input {
     let (url, pool) = fresh_db(name).await;
     let kafka = Kafka::new(name, 2);
-    let (records, expected) = generate(GeneratorSettings {
+    let (mut first, expected) = generate(GeneratorSettings {
         messages,
         accounts: 30,
         seed: 7,
         ..GeneratorSettings::default()
     });
-    kafka.send_generated(records).await;
-    (url, pool, kafka, expected)
+    let rest = first.split_off(first.len() / 2);
+    kafka.send_generated(first).await;
+    Input {
+        url,
+        pool,
+        kafka,
+        expected,
+        rest,
+    }
+}
+
+impl Input {
+    async fn produce_the_rest(&mut self) {
+        self.kafka
+            .send_generated(std::mem::take(&mut self.rest))
+            .await;
+    }
+
+    /// Runs the processor on the first half until `failpoints` crash it.
+    fn crash(&self, failpoints: &str, flags: &[&str]) -> Exit {
+        let crashed = run_binary(&self.url, &self.kafka, failpoints, flags);
+        assert!(!crashed.success, "{failpoints}: the run must crash");
+        crashed
+    }
+
+    /// Produces the second half, then runs the processor until the topic is done.
+    async fn restart(&mut self, flags: &[&str]) -> Exit {
+        self.produce_the_rest().await;
+        let flags: Vec<&str> = flags.iter().copied().chain(["--exit-on-eof"]).collect();
+        let restarted = run_binary(&self.url, &self.kafka, "", &flags);
+        assert!(restarted.success, "{}", restarted.stderr);
+        restarted
+    }
 }
 
 /// Inbox rows and the sum of the partitions' next offsets stored in the database.
@@ -140,27 +184,27 @@ async fn crash_and_restart(
     restart_flags: &[&str],
 ) -> (StatsSnapshot, (i64, i64, i64), u64) {
     let messages = 600;
-    let (url, pool, kafka, expected) = setup(name, messages).await;
-    let crashed = run_binary(&url, &kafka, failpoint, crash_flags);
-    assert!(!crashed.success, "{failpoint}: the run must crash");
+    let mut input = setup(name, messages).await;
+    let crashed = input.crash(failpoint, crash_flags);
     assert!(
         crashed.stderr.contains("crashing"),
         "{failpoint}: {}",
         crashed.stderr
     );
+    let pool = input.pool.clone();
     let (inbox, stored) = progress(&pool).await;
     let at_crash = (inbox, stored, committed_at_least(&pool).await);
     assert!(at_crash.0 > 0, "{failpoint}: some batches committed first");
     assert!(
-        at_crash.0 < expected.new as i64,
-        "{failpoint}: crashed early"
+        at_crash.0 < input.expected.new as i64,
+        "{failpoint}: input left for the restart"
     );
 
-    let restarted = run_binary(&url, &kafka, "", restart_flags);
-    assert!(restarted.success, "{failpoint}: {}", restarted.stderr);
+    let restarted = input.restart(restart_flags).await;
     let stats = restarted.stats.expect("the restart wrote its report");
+    let expected = &input.expected;
     assert_eq!(
-        differences_now(&pool, &expected).await,
+        differences_now(&pool, expected).await,
         Vec::<String>::new(),
         "{failpoint}: exact totals after the restart"
     );
@@ -235,7 +279,7 @@ async fn without_offsets_in_the_database_the_replayed_batch_adds_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_check_reports_loss_when_offsets_are_committed_before_the_database() {
-    let (url, pool, kafka, expected) = setup("control_loss", 600).await;
+    let mut input = setup("control_loss", 600).await;
     let unsafe_flags = [
         "--unsafe-offsets-before-commit",
         "-X",
@@ -243,20 +287,16 @@ async fn the_check_reports_loss_when_offsets_are_committed_before_the_database()
     ];
     // The batch's offset is committed to Kafka while its transaction stalls, then the process
     // dies before COMMIT.
-    let crashed = run_binary(
-        &url,
-        &kafka,
+    let crashed = input.crash(
         "before_commit=2*off->return(delay_crash:1500)",
         &unsafe_flags,
     );
-    assert!(!crashed.success, "{}", crashed.stderr);
     assert!(
         crashed.stderr.contains("UNSAFE"),
         "the control warns loudly"
     );
-    let restarted = run_binary(&url, &kafka, "", &unsafe_flags);
-    assert!(restarted.success, "{}", restarted.stderr);
-    let found = differences_now(&pool, &expected).await;
+    input.restart(&unsafe_flags).await;
+    let found = differences_now(&input.pool, &input.expected).await;
     assert!(
         found.iter().any(|d| d.contains("inbox")),
         "the check must report the lost messages: {found:?}"
@@ -265,18 +305,14 @@ async fn the_check_reports_loss_when_offsets_are_committed_before_the_database()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_check_reports_double_application_without_the_inbox() {
-    let (url, pool, kafka, expected) = setup("control_double", 600).await;
+    let mut input = setup("control_double", 600).await;
     let unsafe_flags = ["--unsafe-no-inbox", "--offsets-in-db=false"];
-    let crashed = run_binary(
-        &url,
-        &kafka,
+    input.crash(
         "after_commit_before_offset=2*off->return(crash)",
         &unsafe_flags,
     );
-    assert!(!crashed.success, "{}", crashed.stderr);
-    let restarted = run_binary(&url, &kafka, "", &unsafe_flags);
-    assert!(restarted.success, "{}", restarted.stderr);
-    let found = differences_now(&pool, &expected).await;
+    input.restart(&unsafe_flags).await;
+    let found = differences_now(&input.pool, &input.expected).await;
     assert!(
         found
             .iter()
