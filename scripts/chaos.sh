@@ -37,9 +37,11 @@ bin=./target/release/batch-inbox
 work=$(mktemp -d /tmp/chaos.XXXXXX)
 chmod 755 "$work"
 pg="$work/pg"
-broker_pid=""
+broker_pid="" driver_pid=""
 status=2
 cleanup() {
+  # The driver and its processor processes share one process group (setsid below).
+  [ -n "$driver_pid" ] && kill -KILL -- "-$driver_pid" 2>/dev/null
   [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null
   if [ "${KEEP:-0}" = 1 ]; then
     log "kept $work"
@@ -55,6 +57,9 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+# An interrupted run stops its processors, its broker and its private PostgreSQL too.
+trap 'status=2; exit 130' INT
+trap 'status=2; exit 143' TERM
 
 log "building release"
 cargo build --release --quiet
@@ -87,8 +92,13 @@ fi
 status=0
 # The driver's own Kafka clients (offset watcher, topic reader) log expected end-of-partition
 # events as errors: keep its log to warnings of its own.
-NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn,rdkafka=off}" $bin chaos --database-url "postgres://postgres@127.0.0.1:$port/$db" --brokers "$brokers" \
+# The driver runs in the background (bash runs a trap only once a foreground child ends), in a
+# process group of its own with its processors, so that an interrupt can stop them all.
+NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn,rdkafka=off}" setsid $bin chaos --database-url "postgres://postgres@127.0.0.1:$port/$db" --brokers "$brokers" \
   --db-stop-command "bash -c 'source scripts/lib.sh && private_postgres_crash $pg'" \
   --db-start-command "bash -c 'source scripts/lib.sh && private_postgres_start $pg $port'" \
-  --work-dir "$work/run" "${control[@]}" "${args[@]}" || status=$?
+  --work-dir "$work/run" "${control[@]}" "${args[@]}" &
+driver_pid=$!
+wait "$driver_pid" || status=$?
+driver_pid=""
 exit "$status"

@@ -42,7 +42,6 @@ mkdir -p "$runs" "$cpu"
 rm -f "$runs"/*.json "$cpu"/*.json
 stamp=$(date +%s)
 broker_pid=""
-consumer_props=()
 cleanup() {
   [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null || true
   rm -rf "$work"
@@ -105,7 +104,7 @@ run_drain() {
   cpu_mark "$label" start
   DATABASE_URL=$(db_url "$db") RUST_LOG=warn $bin run --topic "$topic" --group "$label-$stamp" \
     --exit-on-eof --label "$label" --report "$runs/$label.json" --pool-size "$POOL_SIZE" \
-    --batch-linger-ms "$LINGER_MS" "${consumer_props[@]}" "$@" | tee -a "$work/runs.log"
+    --batch-linger-ms "$LINGER_MS" "$@" | tee -a "$work/runs.log"
   cpu_mark "$label" stop
 }
 
@@ -137,7 +136,6 @@ json.dump({
   "duplicate_ratio": ${DUPLICATE_RATIO}, "bad_ratio": ${BAD_RATIO}, "debit_ratio": ${DEBIT_RATIO},
   "id_version": ${ID_VERSION}, "linger_ms": ${LINGER_MS}, "pool_size": ${POOL_SIZE},
   "quick": bool(${quick}),
-  "consumer_overrides": "${consumer_props[*]}",
 }, open(sys.argv[1], "w"), indent=2)
 PY
 }
@@ -163,7 +161,7 @@ latency_run() {
   DATABASE_URL=$(db_url "$db") RUST_LOG=info $bin run --topic "$topic" --group "$label-$stamp" \
     --exit-after-records "$n" --label "$label" --report "$runs/$label.json" --input-rate "$rate" \
     --batch-size "$size" --batch-linger-ms "$LINGER_MS" --pool-size "$POOL_SIZE" \
-    "${consumer_props[@]}" --expect "$work/$label.expected.json" >>"$work/runs.log" 2>"$work/$label.err" &
+    --expect "$work/$label.expected.json" >>"$work/runs.log" 2>"$work/$label.err" &
   local run_pid=$!
   for _ in $(seq 1 300); do
     [ "$(grep -c 'partition assigned' "$work/$label.err" || true)" -ge "$PARTITIONS" ] && break

@@ -61,9 +61,8 @@ pub struct PartitionLag {
 }
 
 impl PartitionLag {
-    /// Records not yet committed. A committed offset past the high watermark counts as no lag:
-    /// the processor commits the offset after a record it received, so the record exists (some
-    /// brokers, tansu among them, can report a high watermark below the records they served).
+    /// Records not yet committed. A committed offset past the high watermark counts as no lag
+    /// here; [`Self::ahead`] tells it (a broker that reports an end below records it served).
     pub fn lag(&self) -> i64 {
         (self.high_watermark - self.committed.unwrap_or(0)).max(0)
     }

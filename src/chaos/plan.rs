@@ -57,12 +57,14 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 180)]
     pub drain_timeout: u64,
     /// Count every backwards move of a committed offset as a violation, also one right after a
-    /// paused member resumed (a broker that fences stale members, as Apache Kafka does, never
-    /// accepts that member's commit; tansu 0.6 does).
-    #[arg(long)]
+    /// paused member resumed, and a committed offset past a partition's high watermark (a broker
+    /// that fences stale members, as Apache Kafka and nisshi do, never accepts a removed member's
+    /// commit). `--strict-offsets=false` tolerates and lists both, for a broker that does not
+    /// fence (tansu 0.6 did not).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub strict_offsets: bool,
     /// Directory of the results file.
-    #[arg(long, default_value = "results")]
+    #[arg(long, default_value = "results/chaos")]
     pub results_dir: PathBuf,
     /// Directory for the processors' logs and reports (a temporary one when absent).
     #[arg(long)]
@@ -107,10 +109,12 @@ impl Plan {
             .duration_since(UNIX_EPOCH)
             .map_err(|e| ChaosError::Setup(e.to_string()))?;
         let seed = args.seed.unwrap_or(now.as_nanos() as u64 % 1_000_000_007);
-        let stamp = utc_stamp(now.as_secs());
+        let started_at = utc_stamp(now.as_secs());
+        // Unique per run, also for runs started in the same second (results, topic, group).
+        let stamp = format!("{started_at}-seed{seed}-{}", std::process::id());
         let work = match &args.work_dir {
             Some(w) => w.clone(),
-            None => std::env::temp_dir().join(format!("batch-inbox-chaos-{seed}-{stamp}")),
+            None => std::env::temp_dir().join(format!("batch-inbox-chaos-{stamp}")),
         };
         std::fs::create_dir_all(&work)?;
         let producing = args.duration as f64 * 0.8;
@@ -129,12 +133,12 @@ impl Plan {
             topic: args
                 .topic
                 .clone()
-                .unwrap_or_else(|| format!("chaos-{seed}-{stamp}")),
-            group: format!("chaos-{seed}-{stamp}"),
+                .unwrap_or_else(|| format!("chaos-{stamp}")),
+            group: format!("chaos-{stamp}"),
             work,
             records,
             expected,
-            started_at: stamp.clone(),
+            started_at,
             stamp,
         })
     }
@@ -165,6 +169,27 @@ fn utc_stamp(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ChaosArgs,
+    }
+
+    fn strict(flags: &[&str]) -> bool {
+        use clap::Parser;
+        let argv = ["chaos", "--database-url", "postgres://x"]
+            .iter()
+            .chain(flags);
+        Cli::try_parse_from(argv).unwrap().args.strict_offsets
+    }
+
+    #[test]
+    fn offsets_are_checked_strictly_unless_told_otherwise() {
+        assert!(strict(&[]));
+        assert!(strict(&["--strict-offsets"]));
+        assert!(!strict(&["--strict-offsets=false"]));
+    }
 
     #[test]
     fn utc_stamps() {

@@ -57,7 +57,6 @@ pub fn read_all(
         .set("group.id", "batch-inbox-chaos-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
-        .set("fetch.error.backoff.ms", "10")
         .create()?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Prints a Markdown table of every chaos run report (chaos-*.json) in the directory given."""
+import glob
+import json
+import os
+import sys
+
+
+def row(path):
+    r = json.load(open(path))
+    f, p, rp = r["faults"], r["processors"], r["replays"]
+    failed = [i["name"] for i in r["invariants"] if not i["ok"]]
+    return {
+        "file": os.path.basename(path),
+        "seed": r["seed"],
+        "duration_s": r["duration_s"],
+        "verdict": r["verdict"] + (f" ({', '.join(failed)})" if failed else ""),
+        "passed": r["passed"],
+        "records": int(r["setup"]["records"]),
+        "kill": f.get("kill", 0),
+        "pause": f.get("pause", 0),
+        "restart_db": f.get("restart_db", 0),
+        "join": f.get("join", 0),
+        "leave": f.get("leave", 0),
+        "moves": p.get("partition_moves", 0),
+        "retries": r.get("retries", 0),
+        "replayed": rp.get("replayed_records", 0),
+        "avoided": rp.get("replays_avoided", 0),
+        "gaps": p.get("offset_gaps", 0),
+        "regressions": len(r["offsets"].get("regressions", [])),
+        "drained_s": r["throughput"].get("drained_after_s", 0.0),
+    }
+
+
+def main():
+    runs = sorted(
+        (row(p) for p in glob.glob(os.path.join(sys.argv[1], "chaos-*.json"))),
+        key=lambda r: (r["duration_s"], r["seed"], r["file"]),
+    )
+    cols = ["seed", "duration_s", "verdict", "records", "kill", "pause", "restart_db", "join",
+            "leave", "moves", "retries", "replayed", "avoided", "gaps", "regressions", "drained_s"]
+    print(f"# Chaos runs ({len(runs)})\n")
+    print(f"{sum(r['passed'] for r in runs)} of {len(runs)} runs passed every invariant.\n")
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in runs:
+        cells = [f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c]) for c in cols]
+        print("| " + " | ".join(cells) + " |")
+    total = {c: sum(r[c] for r in runs) for c in cols[3:] if c != "drained_s"}
+    print("| total | " + f"{sum(r['duration_s'] for r in runs):.0f} | | "
+          + " | ".join(str(total[c]) for c in cols[3:] if c != "drained_s") + " | |")
+    print("\nColumns: faults injected (kill = SIGKILL, pause = SIGSTOP past the session timeout, "
+          "restart_db = PostgreSQL stopped -m immediate, join/leave = members added/removed), "
+          "partition moves, transient retries, records replayed to a processor and replays avoided "
+          "by the offsets in the database (lower bounds), offset gaps seen by the workers, "
+          "committed-offset regressions seen by the watcher, seconds until the group drained.")
+
+
+main()
