@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ensure_postgres
-ensure_nisshi
+# KAFKA_BROKERS: run the broker tests against that broker instead of a nisshi process.
+[ -n "${KAFKA_BROKERS:-}" ] || ensure_nisshi
 cargo test "$@"
 # The crash tests need the binary built with failpoints (off in every other build).
 cargo test --features failpoints --test faults "$@"

@@ -94,16 +94,10 @@ async fn the_mock_cluster_fetches_from_inside_a_batch() {
 
 #[tokio::test]
 async fn the_broker_fetches_from_inside_a_batch() {
-    let local = std::env::var("KAFKA_BROKERS")
-        .is_err()
-        .then(broker::Broker::start);
-    let brokers = match &local {
-        Some(b) => b.addr.clone(),
-        None => std::env::var("KAFKA_BROKERS").expect("checked above"),
-    };
-    let topic = format!("fetch-mid-batch-{}", std::process::id());
-    batch_inbox::produce::ensure_topic(&brokers, &topic, 1)
+    let broker = broker::Broker::start();
+    let topic = broker.topic("fetch-mid-batch");
+    batch_inbox::produce::ensure_topic(&broker.addr, &topic, 1)
         .await
         .unwrap();
-    check_fetch_inside_a_batch(&brokers, &topic).await;
+    check_fetch_inside_a_batch(&broker.addr, &topic).await;
 }

@@ -63,13 +63,14 @@ async fn binary_applies_a_real_broker_topic_exactly_once() {
     let broker = Broker::start();
     let (url, pool) = fresh_db("e2e").await;
     let expect = std::env::temp_dir().join("batch-inbox-e2e-expected.json");
-    let expected = produce(&url, &broker, "e2e", &expect);
+    let topic = broker.topic("e2e");
+    let expected = produce(&url, &broker, &topic, &expect);
     assert!(expected.duplicates > 0 && expected.dead_letters.len() >= 5);
 
     let out = ok(cli(
         &url,
         &broker.addr,
-        &["run", "--topic", "e2e", "--group", "e2e", "--exit-on-eof"],
+        &["run", "--topic", &topic, "--group", "e2e", "--exit-on-eof"],
     ));
     assert!(out.contains("records 20000 "), "{out}");
     let verified = ok(cli(
@@ -88,7 +89,7 @@ async fn binary_applies_a_real_broker_topic_exactly_once() {
         &[
             "run",
             "--topic",
-            "e2e",
+            &topic,
             "--group",
             "e2e-replay",
             "--mode",
@@ -106,10 +107,11 @@ async fn sigterm_finishes_in_flight_batches_and_commits_offsets() {
     let broker = Broker::start();
     let (url, pool) = fresh_db("e2e_sigterm").await;
     let expect = std::env::temp_dir().join("batch-inbox-e2e-sigterm-expected.json");
-    let expected = produce(&url, &broker, "sigterm", &expect);
+    let topic = broker.topic("sigterm");
+    let expected = produce(&url, &broker, &topic, &expect);
 
     let child = Command::new(env!("CARGO_BIN_EXE_batch-inbox"))
-        .args(["run", "--topic", "sigterm", "--group", "g"])
+        .args(["run", "--topic", &topic, "--group", "g"])
         .env("DATABASE_URL", &url)
         .env("KAFKA_BROKERS", &broker.addr)
         .env("RUST_LOG", "warn")
@@ -150,7 +152,7 @@ async fn sigterm_finishes_in_flight_batches_and_commits_offsets() {
     let again = ok(cli(
         &url,
         &broker.addr,
-        &["run", "--topic", "sigterm", "--group", "g", "--exit-on-eof"],
+        &["run", "--topic", &topic, "--group", "g", "--exit-on-eof"],
     ));
     assert!(again.contains("records 0 "), "{again}");
 }

@@ -22,10 +22,11 @@ async fn a_topic_kept_longer_than_the_inbox_is_flagged() {
         .set("bootstrap.servers", &broker.addr)
         .create()
         .unwrap();
+    let (long_name, short_name) = (broker.topic("kept-long"), broker.topic("kept-short"));
     let long =
-        NewTopic::new("kept-long", 1, TopicReplication::Fixed(1)).set("retention.ms", "1209600000");
+        NewTopic::new(&long_name, 1, TopicReplication::Fixed(1)).set("retention.ms", "1209600000");
     let short =
-        NewTopic::new("kept-short", 1, TopicReplication::Fixed(1)).set("retention.ms", "86400000");
+        NewTopic::new(&short_name, 1, TopicReplication::Fixed(1)).set("retention.ms", "86400000");
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     for r in admin.create_topics([&long, &short], &opts).await.unwrap() {
         r.unwrap();
@@ -38,13 +39,13 @@ async fn a_topic_kept_longer_than_the_inbox_is_flagged() {
         overrides: Vec::new(),
     };
     assert_eq!(
-        check(&settings("kept-long"), WEEK).await,
+        check(&settings(&long_name), WEEK).await,
         TopicRetention::Longer {
             topic_ms: Some(1_209_600_000)
         }
     );
     assert_eq!(
-        check(&settings("kept-short"), WEEK).await,
+        check(&settings(&short_name), WEEK).await,
         TopicRetention::Covered {
             topic_ms: 86_400_000
         }

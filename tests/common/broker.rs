@@ -1,5 +1,7 @@
-//! A nisshi broker process (a real Kafka-protocol broker, in-memory storage) for end-to-end
-//! tests. `scripts/test.sh` builds it once per machine (`scripts/lib.sh`, `ensure_nisshi`).
+//! A real Kafka-protocol broker for end-to-end tests: a nisshi process (in-memory storage) that
+//! `scripts/test.sh` builds once per machine (`scripts/lib.sh`, `ensure_nisshi`), or the broker
+//! named by `KAFKA_BROKERS` (Apache Kafka, Redpanda, …). Tests name their topics with
+//! [`Broker::topic`], so that runs against a long-lived broker never meet an earlier run's topic.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -9,9 +11,9 @@ use std::time::{Duration, Instant};
 /// The version `scripts/lib.sh` installs.
 const NISSHI_VERSION: &str = "0.8.1";
 
-/// A running broker, killed on drop.
+/// A running broker; a process started here is killed on drop.
 pub struct Broker {
-    child: Child,
+    child: Option<Child>,
     pub addr: String,
 }
 
@@ -37,7 +39,23 @@ fn nisshi_bin() -> PathBuf {
 }
 
 impl Broker {
+    /// The broker of `KAFKA_BROKERS`, else a new nisshi process on a free port.
     pub fn start() -> Broker {
+        match std::env::var("KAFKA_BROKERS") {
+            Ok(addr) if !addr.is_empty() => Broker { child: None, addr },
+            _ => Self::start_nisshi(),
+        }
+    }
+
+    /// A topic name for this test run: `name` with the process id and a counter.
+    pub fn topic(&self, name: &str) -> String {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        format!("{name}-{}-{n}", std::process::id())
+    }
+
+    fn start_nisshi() -> Broker {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -71,13 +89,18 @@ impl Broker {
             assert!(Instant::now() < deadline, "nisshi did not listen on {addr}");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Broker { child, addr }
+        Broker {
+            child: Some(child),
+            addr,
+        }
     }
 }
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
