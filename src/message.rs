@@ -324,6 +324,13 @@ pub(crate) mod tests {
         let mut m = raw(0, None, "");
         m.payload = None;
         assert_eq!(m.size_bytes(), RawMessage::OVERHEAD_BYTES);
+        if cfg!(target_pointer_width = "64") {
+            // The figures the README gives.
+            assert_eq!(
+                (RawMessage::OVERHEAD_BYTES, Header::OVERHEAD_BYTES),
+                (160, 64)
+            );
+        }
         m.headers = vec![
             Header {
                 key: Bytes::new(),
