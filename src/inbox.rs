@@ -178,6 +178,7 @@ impl<H: Handler> Inbox<H> {
         decoded
     }
 
+    /// [`Inbox::apply_batch`] with dead-letter rows of `rows` (module `refused`).
     async fn apply_batch_as(
         &self,
         topic: &str,
@@ -197,6 +198,7 @@ impl<H: Handler> Inbox<H> {
         result
     }
 
+    /// [`Inbox::apply_one`] with dead-letter rows of `rows` (module `refused`).
     async fn apply_one_as(
         &self,
         topic: &str,
@@ -216,6 +218,7 @@ impl<H: Handler> Inbox<H> {
         result
     }
 
+    /// [`Inbox::dead_letter_poison`] with dead-letter rows of `rows` (module `refused`).
     async fn poison_as(
         &self,
         topic: &str,

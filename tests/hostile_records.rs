@@ -91,15 +91,20 @@ fn junk_headers(rng: &mut StdRng) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
         .collect()
 }
 
+/// A random UUIDv4's text, from the seed.
+fn fresh(rng: &mut StdRng) -> Vec<u8> {
+    let id = uuid::Builder::from_random_bytes(rng.random()).into_uuid();
+    id.to_string().into_bytes()
+}
+
 /// A record no input rule accepts, and the reason it must get.
 fn hostile(rng: &mut StdRng) -> (RawRecord, &'static str) {
-    let fresh = || Uuid::new_v4().to_string().into_bytes();
     let (id_headers, id_reason): (Vec<Option<Vec<u8>>>, Option<&str>) =
-        match rng.random_range(0..12) {
+        match rng.random_range(0..13) {
             0 => (vec![], Some("missing_id")),
             1 => (vec![None], Some("missing_id")),
             2 => (
-                vec![Some([&fresh()[..], b"\0", &bytes(rng, 8)].concat())],
+                vec![Some([&fresh(rng)[..], b"\0", &bytes(rng, 8)].concat())],
                 Some("invalid_id"),
             ),
             3 => (
@@ -114,14 +119,15 @@ fn hostile(rng: &mut StdRng) -> (RawRecord, &'static str) {
                 vec![Some(Uuid::max().to_string().into_bytes())],
                 Some("invalid_id"),
             ),
-            6 => (vec![Some(fresh()), Some(fresh())], Some("invalid_id")),
-            7 => (vec![None, Some(fresh())], Some("invalid_id")),
+            6 => (vec![Some(fresh(rng)), Some(fresh(rng))], Some("invalid_id")),
+            7 => (vec![None, Some(fresh(rng))], Some("invalid_id")),
             8 => (
                 vec![Some([&b"#"[..], &bytes(rng, 60)].concat())],
                 Some("invalid_id"),
             ),
             9 => (vec![Some(vec![b'x'; 100_000])], Some("invalid_id")),
-            _ => (vec![Some(fresh())], None),
+            10 => (vec![Some(Vec::new())], Some("invalid_id")),
+            _ => (vec![Some(fresh(rng))], None),
         };
     let (value, value_reason) = match rng.random_range(0..6) {
         0 => (None, "empty_payload"),
