@@ -24,7 +24,7 @@ pub use id::{decode_id, parse_id};
 ///
 /// Kafka does not require header names to be UTF-8. librdkafka hands a name out NUL-terminated,
 /// so a name that contains a NUL byte arrives cut before its first NUL (see
-/// [`crate::consumer`]); values arrive whole.
+/// [`crate::consumer::headers`]); values arrive whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
     /// Header name, as bytes.
