@@ -103,7 +103,10 @@ fn assert_lossless(json: &Value, headers: &[Header]) {
             other => panic!("{other:?}"),
         };
         assert_eq!(text_or_hex("key", "key_hex").as_deref(), Some(&h.key[..]));
-        assert_eq!(text_or_hex("value", "value_hex").as_deref(), h.value.as_deref());
+        assert_eq!(
+            text_or_hex("value", "value_hex").as_deref(),
+            h.value.as_deref()
+        );
     }
 }
 
