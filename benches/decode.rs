@@ -29,11 +29,12 @@ fn raw(topic: &Arc<str>, offset: i64, record: Record) -> RawMessage {
         headers: record
             .id
             .map(|id| Header {
-                key: ID_HEADER.to_owned(),
+                key: Bytes::from_static(ID_HEADER.as_bytes()),
                 value: Some(Bytes::from(id)),
             })
             .into_iter()
             .collect(),
+        header_error: None,
     }
 }
 

@@ -136,7 +136,8 @@ pub struct PipelineArgs {
     /// Longest wait after a batch's first message before it is applied, in milliseconds.
     #[arg(long, env = "BATCH_INBOX_BATCH_LINGER_MS", default_value_t = 20)]
     pub batch_linger_ms: u64,
-    /// Largest batch, in bytes of keys, values and headers.
+    /// Largest batch, in bytes of keys, values, header names and values, plus 64 bytes per
+    /// header and the size of a record's owned copy per record.
     #[arg(long, env = "BATCH_INBOX_BATCH_MAX_BYTES", default_value = "4194304")]
     pub batch_max_bytes: NonZeroUsize,
     /// Database connections (at most one transaction per partition runs at a time).

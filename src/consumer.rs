@@ -26,7 +26,7 @@ use rdkafka::consumer::{
     StreamConsumer,
 };
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message as _, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
@@ -35,8 +35,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::RunError;
 use crate::failpoint::failpoint;
-use crate::message::{Header, RawMessage};
+use crate::message::RawMessage;
 use crate::worker::{Input, OffsetSink};
+
+pub mod headers;
 
 /// The consumer type used by the processor.
 pub type KafkaConsumer = StreamConsumer<GroupContext>;
@@ -366,19 +368,14 @@ impl OffsetSink for KafkaOffsets {
     }
 }
 
-/// Copies a borrowed record into the pipeline's owned type.
+/// Copies a borrowed record into the pipeline's owned type. Never panics, whatever its bytes:
+/// headers are read as bytes ([`headers::read`]); headers librdkafka cannot parse leave the
+/// record without headers and with `header_error` set.
 pub fn to_raw(topic: &Arc<str>, m: &BorrowedMessage<'_>) -> RawMessage {
-    let headers = m
-        .headers()
-        .map(|hs| {
-            hs.iter()
-                .map(|h| Header {
-                    key: h.key.to_owned(),
-                    value: h.value.map(Bytes::copy_from_slice),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let (headers, header_error) = match headers::read(m) {
+        Ok(headers) => (headers, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
     RawMessage {
         topic: topic.clone(),
         partition: m.partition(),
@@ -387,6 +384,7 @@ pub fn to_raw(topic: &Arc<str>, m: &BorrowedMessage<'_>) -> RawMessage {
         key: m.key().map(Bytes::copy_from_slice),
         payload: m.payload().map(Bytes::copy_from_slice),
         headers,
+        header_error,
     }
 }
 

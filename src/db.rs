@@ -49,6 +49,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "inbox_processed_at",
         sql: include_str!("../migrations/0005_inbox_processed_at.sql"),
     },
+    Migration {
+        version: 6,
+        name: "dead_letters_raw_id",
+        sql: include_str!("../migrations/0006_dead_letters_raw_id.sql"),
+    },
 ];
 
 /// Arbitrary constant identifying the migration lock among advisory locks.

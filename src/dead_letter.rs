@@ -1,14 +1,21 @@
 //! Dead-letter records: every message that is not applied, with the reason, kept forever.
 //!
 //! Invariant: dead letters are written in the same transaction as the batch they belong to, keyed
-//! by (topic, partition, offset), so a redelivered batch adds no second record.
+//! by (topic, partition, offset), so a redelivered batch adds no second record. Whatever bytes a
+//! record holds, its row can be stored (module `row`).
 
 use std::sync::Arc;
 
 use crate::Transaction;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::message::RawMessage;
+
+mod row;
+
+pub use row::{
+    headers_json, id_text, row, storable_detail, Row, RowForm, MAX_DETAIL_BYTES, MAX_ID_TEXT_BYTES,
+};
 
 /// Why a message was not applied. The text form is stored in `dead_letters.reason`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -96,7 +103,8 @@ impl ReasonCounts {
 pub struct DeadLetter {
     /// The record as delivered.
     pub raw: Arc<RawMessage>,
-    /// The id header's text, when there was one (it may not be a valid UUID).
+    /// The id as text: the UUID when it parsed, else the id header's value when it is clean
+    /// text (see [`id_text`]; it may not be a valid UUID).
     pub message_id: Option<String>,
     /// Why it was not applied.
     pub reason: Reason,
@@ -121,56 +129,41 @@ impl DeadLetter {
     }
 }
 
-/// Headers as JSON, losslessly: `[{"key": k, "value": utf8}]`, or `"value_hex"` for binary values.
-pub fn headers_json(raw: &RawMessage) -> Value {
-    let headers = raw.headers.iter().map(|h| match &h.value {
-        None => json!({ "key": h.key, "value": null }),
-        Some(v) => match std::str::from_utf8(v) {
-            Ok(text) => json!({ "key": h.key, "value": text }),
-            Err(_) => json!({ "key": h.key, "value_hex": hex(v) }),
-        },
-    });
-    Value::Array(headers.collect())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
-
 const INSERT_DEAD_LETTERS: &str = "\
-INSERT INTO dead_letters (topic, partition, \"offset\", message_id, reason, detail, key, payload, headers)
-SELECT $1, $2, o, m, r, d, k, p, h
-FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::bytea[], $9::jsonb[])
-     AS t(o, m, r, d, k, p, h)
+INSERT INTO dead_letters (topic, partition, \"offset\", message_id, message_id_raw, reason, detail, key, payload, headers)
+SELECT $1, $2, o, m, mr, r, d, k, p, h
+FROM unnest($3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bytea[], $9::bytea[], $10::jsonb[])
+     AS t(o, m, mr, r, d, k, p, h)
 ON CONFLICT (topic, partition, \"offset\") DO NOTHING";
 
-/// Writes the dead letters of one partition's batch in one statement; returns rows inserted
-/// (fewer than `letters.len()` when some were already recorded by an earlier delivery).
+/// Writes the dead letters of one partition's batch in one statement, as rows of `form`;
+/// returns rows inserted (fewer than `letters.len()` when some were already recorded by an
+/// earlier delivery).
 pub async fn insert(
     tx: &Transaction<'_>,
     topic: &str,
     partition: i32,
     letters: &[DeadLetter],
+    form: RowForm<'_>,
 ) -> Result<u64, tokio_postgres::Error> {
     if letters.is_empty() {
         return Ok(0);
     }
-    let offsets: Vec<i64> = letters.iter().map(|d| d.raw.offset).collect();
-    let ids: Vec<Option<&str>> = letters.iter().map(|d| d.message_id.as_deref()).collect();
-    let reasons: Vec<&str> = letters.iter().map(|d| d.reason.as_str()).collect();
-    let details: Vec<&str> = letters.iter().map(|d| d.detail.as_str()).collect();
-    let keys: Vec<Option<&[u8]>> = letters.iter().map(|d| d.raw.key.as_deref()).collect();
-    let payloads: Vec<Option<&[u8]>> = letters.iter().map(|d| d.raw.payload.as_deref()).collect();
-    let headers: Vec<Value> = letters.iter().map(|d| headers_json(&d.raw)).collect();
+    let rows: Vec<Row<'_>> = letters.iter().map(|d| row(d, form)).collect();
+    let offsets: Vec<i64> = rows.iter().map(|r| r.offset).collect();
+    let ids: Vec<Option<&str>> = rows.iter().map(|r| r.message_id).collect();
+    let raw_ids: Vec<Option<&[u8]>> = rows.iter().map(|r| r.message_id_raw).collect();
+    let reasons: Vec<&str> = rows.iter().map(|r| r.reason).collect();
+    let details: Vec<&str> = rows.iter().map(|r| r.detail.as_str()).collect();
+    let keys: Vec<Option<&[u8]>> = rows.iter().map(|r| r.key).collect();
+    let payloads: Vec<Option<&[u8]>> = rows.iter().map(|r| r.payload).collect();
+    let headers: Vec<Option<&Value>> = rows.iter().map(|r| r.headers.as_ref()).collect();
     let stmt = tx.prepare_cached(INSERT_DEAD_LETTERS).await?;
     tx.execute(
         &stmt,
         &[
-            &topic, &partition, &offsets, &ids, &reasons, &details, &keys, &payloads, &headers,
+            &topic, &partition, &offsets, &ids, &raw_ids, &reasons, &details, &keys, &payloads,
+            &headers,
         ],
     )
     .await
@@ -179,8 +172,6 @@ pub async fn insert(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Header;
-    use bytes::Bytes;
 
     #[test]
     fn every_reason_is_counted_at_its_own_index() {
@@ -189,26 +180,5 @@ mod tests {
         for (i, reason) in Reason::ALL.into_iter().enumerate() {
             assert_eq!(reason as usize, i, "{reason}");
         }
-    }
-
-    #[test]
-    fn headers_are_kept_losslessly() {
-        let mut raw = crate::message::tests::raw(0, Some("x"), "");
-        raw.headers.push(Header {
-            key: "bin".into(),
-            value: Some(Bytes::from_static(&[0xff, 0x00])),
-        });
-        raw.headers.push(Header {
-            key: "null".into(),
-            value: None,
-        });
-        assert_eq!(
-            headers_json(&raw),
-            json!([
-                {"key": "id", "value": "x"},
-                {"key": "bin", "value_hex": "ff00"},
-                {"key": "null", "value": null},
-            ])
-        );
     }
 }

@@ -56,6 +56,9 @@ pub enum InboxError {
     /// An inbox statement or the COMMIT failed.
     #[error("database: {0}")]
     Db(#[from] tokio_postgres::Error),
+    /// The statement writing the batch's dead letters failed.
+    #[error("dead letters: {0}")]
+    DeadLetters(tokio_postgres::Error),
     /// The handler failed; the batch was rolled back.
     #[error(transparent)]
     Handler(#[from] HandlerError),
@@ -69,7 +72,7 @@ impl InboxError {
             InboxError::Pool(PoolError::Backend(e)) => is_retryable_db(e),
             InboxError::Pool(PoolError::Closed | PoolError::NoRuntimeSpecified) => false,
             InboxError::Pool(_) => true,
-            InboxError::Db(e) => is_retryable_db(e),
+            InboxError::Db(e) | InboxError::DeadLetters(e) => is_retryable_db(e),
             InboxError::Handler(e) => e.is_retryable(),
         }
     }
@@ -81,7 +84,9 @@ impl InboxError {
     /// I/O failure.
     pub fn breaks_connection(&self) -> bool {
         let db = match self {
-            InboxError::Db(e) | InboxError::Handler(HandlerError::Db(e)) => e,
+            InboxError::Db(e)
+            | InboxError::DeadLetters(e)
+            | InboxError::Handler(HandlerError::Db(e)) => e,
             InboxError::Pool(_) | InboxError::Handler(HandlerError::Other(_)) => return false,
         };
         if db.is_closed() {

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use crate::dead_letter::Reason;
 use crate::ledger::{apply_amount, Entry};
+use crate::message::parse_id;
 
 /// Shape of the generated input.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -143,11 +144,12 @@ impl Model {
     /// Applies one record as the processor must.
     pub fn apply(&mut self, r: &Record) {
         self.expected.records += 1;
-        let id = r.id.as_deref().and_then(|s| Uuid::try_parse(s.trim()).ok());
-        let reason = match (&r.id, id) {
-            (None, _) => Err(Reason::MissingId),
-            (Some(_), None) => Err(Reason::InvalidId),
-            (_, Some(id)) => Entry::parse(r.value.as_deref())
+        // The decoder's own id rules (`message::parse_id`): one id header, a UUID, not nil/max.
+        let id = r.id.as_deref().map(|s| parse_id(s.as_bytes()));
+        let reason = match id {
+            None => Err(Reason::MissingId),
+            Some(Err((reason, _))) => Err(reason),
+            Some(Ok(id)) => Entry::parse(r.value.as_deref())
                 .map(|entry| (id, entry))
                 .map_err(|(reason, _)| reason),
         };

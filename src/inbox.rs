@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Client, Pool};
 use uuid::Uuid;
 
-use crate::dead_letter::{self, DeadLetter, ReasonCounts};
+use crate::dead_letter::{self, DeadLetter, ReasonCounts, RowForm};
 use crate::error::InboxError;
 use crate::failpoint::failpoint;
 use crate::handler::{Handler, Rejection};
@@ -32,6 +32,7 @@ use crate::metrics::StageTimings;
 use crate::offset_table::{self, upsert_offset, OffsetTarget};
 use crate::Transaction;
 
+mod refused;
 mod variants;
 use variants::apply_without_inbox;
 
@@ -177,58 +178,59 @@ impl<H: Handler> Inbox<H> {
         decoded
     }
 
-    /// Applies one decoded batch of one partition in one transaction.
-    pub async fn apply_batch(
+    /// [`Inbox::apply_batch`] with dead-letter rows of `rows` (module `refused`).
+    async fn apply_batch_as(
         &self,
         topic: &str,
         partition: i32,
         batch: &Decoded<H::Payload>,
+        rows: RowForm<'_>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
         let (handler, target) = (self.handler.as_ref(), self.target(batch));
+        let at = (topic, partition);
         let result = if self.unsafe_no_inbox {
-            apply_without_inbox(&mut client, handler, (topic, partition), batch, target).await
+            apply_without_inbox(&mut client, handler, at, batch, target, rows).await
         } else {
-            apply_batch(&mut client, handler, (topic, partition), batch, target).await
+            apply_batch(&mut client, handler, at, batch, target, rows).await
         };
         discard_if_broken(client, &result);
         result
     }
 
-    /// Applies one record in its own transaction (the per-message baseline).
-    pub async fn apply_one(
+    /// [`Inbox::apply_one`] with dead-letter rows of `rows` (module `refused`).
+    async fn apply_one_as(
         &self,
         topic: &str,
         partition: i32,
         record: &Decoded<H::Payload>,
+        rows: RowForm<'_>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
         let (handler, target) = (self.handler.as_ref(), self.target(record));
+        let at = (topic, partition);
         let result = if self.unsafe_no_inbox {
-            apply_without_inbox(&mut client, handler, (topic, partition), record, target).await
+            apply_without_inbox(&mut client, handler, at, record, target, rows).await
         } else {
-            apply_one(&mut client, handler, (topic, partition), record, target).await
+            apply_one(&mut client, handler, at, record, target, rows).await
         };
         discard_if_broken(client, &result);
         result
     }
 
-    /// Records the messages of `part` as poison, without calling the handler: their ids go to
-    /// the inbox (so a redelivery is a duplicate, not a new failure) and each new one gets a
-    /// `handler_error` dead letter with `error` as detail, in one transaction that also writes
-    /// the part's undecodable records and its next offset.
-    pub async fn dead_letter_poison(
+    /// [`Inbox::dead_letter_poison`] with dead-letter rows of `rows` (module `refused`).
+    async fn poison_as(
         &self,
         topic: &str,
         partition: i32,
         part: &Decoded<H::Payload>,
         error: &str,
+        rows: RowForm<'_>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
         let target = self.target(part);
-        let result =
-            variants::dead_letter_poison(&mut client, (topic, partition), part, error, target)
-                .await;
+        let at = (topic, partition);
+        let result = variants::dead_letter_poison(&mut client, at, part, error, target, rows).await;
         discard_if_broken(client, &result);
         result
     }
@@ -245,13 +247,14 @@ fn discard_if_broken<T>(client: Client, result: &Result<T, InboxError>) {
 }
 
 /// The batched inbox transaction over an explicit connection; with a `target`, it also records
-/// the partition's next offset.
+/// the partition's next offset. Dead letters are written as rows of `rows`.
 pub async fn apply_batch<H: Handler>(
     client: &mut Client,
     handler: &H,
     (topic, partition): (&str, i32),
     batch: &Decoded<H::Payload>,
     target: Option<OffsetTarget<'_>>,
+    rows: RowForm<'_>,
 ) -> Result<TxOutcome, InboxError> {
     let received = (batch.messages.len() + batch.dead_letters.len()) as u64;
     let mut unique: Vec<&Message<H::Payload>> = batch.messages.iter().collect();
@@ -272,7 +275,9 @@ pub async fn apply_batch<H: Handler>(
 
     let mut letters = batch.dead_letters.clone();
     letters.extend(rejections.iter().filter_map(|r| rejected_letter(&fresh, r)));
-    let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
+    let written = dead_letter::insert(&tx, topic, partition, &letters, rows)
+        .await
+        .map_err(InboxError::DeadLetters)?;
     timings.dead_letters = lap(&mut clock);
     failpoint!("before_commit");
     tx.commit().await?;
@@ -306,13 +311,15 @@ fn lap(clock: &mut Instant) -> Duration {
 }
 
 /// The per-message inbox transaction: `record` holds exactly one decoded record; with a
-/// `target`, it also records the partition's next offset.
+/// `target`, it also records the partition's next offset. Dead letters are written as rows of
+/// `rows`.
 pub async fn apply_one<H: Handler>(
     client: &mut Client,
     handler: &H,
     (topic, partition): (&str, i32),
     record: &Decoded<H::Payload>,
     target: Option<OffsetTarget<'_>>,
+    rows: RowForm<'_>,
 ) -> Result<TxOutcome, InboxError> {
     let tx = client.transaction().await?;
     let mut clock = Instant::now();
@@ -357,7 +364,9 @@ pub async fn apply_one<H: Handler>(
     } else if let Some(t) = target {
         offset_table::store(&tx, topic, partition, t).await?;
     }
-    outcome.dead_letters_written = dead_letter::insert(&tx, topic, partition, &letters).await?;
+    outcome.dead_letters_written = dead_letter::insert(&tx, topic, partition, &letters, rows)
+        .await
+        .map_err(InboxError::DeadLetters)?;
     outcome.dead_letter_reasons = ReasonCounts::of(&letters);
     outcome.timings.dead_letters = lap(&mut clock);
     failpoint!("before_commit");

@@ -4,6 +4,10 @@
 //! be batched and moved between tasks. [`Decoded`] splits a batch into messages the handler may
 //! see ([`Message`]) and [`DeadLetter`]s: decoding never fails the batch and never panics, every
 //! message ends as exactly one of the two.
+//!
+//! Records are bytes: header names and values, keys and values may hold any byte sequence
+//! (invalid UTF-8, NUL bytes, empty or null values, many headers). Nothing here assumes text;
+//! every arithmetic on a producer-set value (sizes, timestamps) saturates.
 
 use std::sync::Arc;
 
@@ -12,13 +16,27 @@ use uuid::Uuid;
 
 use crate::dead_letter::{DeadLetter, Reason};
 
-/// One Kafka header: a name and an optional value.
+mod id;
+
+pub use id::{decode_id, parse_id};
+
+/// One Kafka header: a name and an optional value, both bytes as received.
+///
+/// Kafka does not require header names to be UTF-8. librdkafka hands a name out NUL-terminated,
+/// so a name that contains a NUL byte arrives cut before its first NUL (see
+/// [`crate::consumer::headers`]); values arrive whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
-    /// Header name.
-    pub key: String,
+    /// Header name, as bytes.
+    pub key: Bytes,
     /// Header value; `None` is a null header.
     pub value: Option<Bytes>,
+}
+
+impl Header {
+    /// What a header counts towards the batch byte limit besides its name and value: the size
+    /// of its owned copy (64 bytes on 64-bit targets).
+    pub const OVERHEAD_BYTES: usize = std::mem::size_of::<Header>();
 }
 
 /// A Kafka record as delivered, owned.
@@ -38,27 +56,44 @@ pub struct RawMessage {
     pub payload: Option<Bytes>,
     /// Record headers, in order.
     pub headers: Vec<Header>,
+    /// Why the record's headers could not be read, when the client refused them (librdkafka
+    /// refuses more than 100,000 headers and a malformed header block); `headers` is then empty.
+    pub header_error: Option<String>,
 }
 
 impl RawMessage {
+    /// What a record counts towards the batch byte limit besides its bytes: the size of its owned
+    /// copy (more than Kafka's own framing of a record, at most 36 bytes).
+    pub const OVERHEAD_BYTES: usize = std::mem::size_of::<RawMessage>();
+
     /// The value of the first header called `name`, if present and non-null.
     pub fn header(&self, name: &str) -> Option<&Bytes> {
         self.headers
             .iter()
-            .find(|h| h.key == name)
+            .find(|h| h.key == name.as_bytes())
             .and_then(|h| h.value.as_ref())
     }
 
-    /// Size used by the batcher's byte limit: key, value and headers.
-    pub fn size_bytes(&self) -> usize {
-        let key = self.key.as_ref().map_or(0, Bytes::len);
-        let payload = self.payload.as_ref().map_or(0, Bytes::len);
-        let headers: usize = self
-            .headers
+    /// Every header called `name`, in order.
+    pub fn headers_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Header> + 'a {
+        self.headers
             .iter()
-            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Bytes::len))
-            .sum();
-        key + payload + headers
+            .filter(move |h| h.key == name.as_bytes())
+    }
+
+    /// Size used by the batcher's byte limit: [`RawMessage::OVERHEAD_BYTES`], the key and the
+    /// value, and per header [`Header::OVERHEAD_BYTES`], its name and its value. Saturates.
+    pub fn size_bytes(&self) -> usize {
+        let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
+        let record = Self::OVERHEAD_BYTES
+            .saturating_add(len(&self.key))
+            .saturating_add(len(&self.payload));
+        self.headers.iter().fold(record, |total, h| {
+            total
+                .saturating_add(Header::OVERHEAD_BYTES)
+                .saturating_add(h.key.len())
+                .saturating_add(len(&h.value))
+        })
     }
 }
 
@@ -88,20 +123,6 @@ pub struct Decoded<P> {
     pub dead_letters: Vec<DeadLetter>,
 }
 
-/// Reads the message id from header `id_header`.
-pub fn decode_id(raw: &RawMessage, id_header: &str) -> Result<Uuid, (Reason, String)> {
-    let Some(value) = raw.header(id_header) else {
-        return Err((
-            Reason::MissingId,
-            format!("no header named {id_header:?} with a value"),
-        ));
-    };
-    let text = std::str::from_utf8(value)
-        .map_err(|_| (Reason::InvalidId, "id header is not UTF-8".to_owned()))?;
-    Uuid::try_parse(text.trim())
-        .map_err(|e| (Reason::InvalidId, format!("id {text:?} is not a UUID: {e}")))
-}
-
 /// Decodes a whole batch: every record becomes either a [`Message`] or a [`DeadLetter`].
 pub fn decode_batch<P: Decode>(batch: Vec<RawMessage>, id_header: &str) -> Decoded<P> {
     let mut messages = Vec::with_capacity(batch.len());
@@ -115,7 +136,8 @@ pub fn decode_batch<P: Decode>(batch: Vec<RawMessage>, id_header: &str) -> Decod
             Err((reason, detail)) => {
                 let id_text = raw
                     .header(id_header)
-                    .map(|v| String::from_utf8_lossy(v).into_owned());
+                    .and_then(|v| crate::dead_letter::id_text(v))
+                    .map(str::to_owned);
                 dead_letters.push(DeadLetter::new(raw, id_text, reason, detail));
             }
         }
@@ -176,11 +198,12 @@ pub(crate) mod tests {
             payload: Some(Bytes::copy_from_slice(payload.as_bytes())),
             headers: id
                 .map(|id| Header {
-                    key: "id".to_owned(),
+                    key: Bytes::from_static(b"id"),
                     value: Some(Bytes::copy_from_slice(id.as_bytes())),
                 })
                 .into_iter()
                 .collect(),
+            header_error: None,
         }
     }
 
@@ -229,7 +252,7 @@ pub(crate) mod tests {
     fn another_id_header_can_be_chosen() {
         let mut m = raw(0, None, "ok");
         m.headers.push(Header {
-            key: "ce_id".to_owned(),
+            key: Bytes::from_static(b"ce_id"),
             value: Some(Bytes::from_static(A.as_bytes())),
         });
         assert_eq!(decode_id(&m, "ce_id").unwrap().to_string(), A);
@@ -281,5 +304,53 @@ pub(crate) mod tests {
         assert_eq!(dedup_in_batch(&mut msgs, |m| m.id), 2);
         let offsets: Vec<i64> = msgs.iter().map(|m| m.raw.offset).collect();
         assert_eq!(offsets, vec![0, 1]);
+    }
+
+    #[test]
+    fn an_unclean_or_huge_id_is_refused_with_a_bounded_detail_and_no_id_text() {
+        let huge = format!("{}\0", "x".repeat(1_000_000));
+        let batch = vec![raw(0, Some("abc\0def"), "ok"), raw(1, Some(&huge), "ok")];
+        let d = decode_batch::<Text>(batch, "id");
+        assert_eq!(d.dead_letters.len(), 2);
+        for letter in &d.dead_letters {
+            assert_eq!(letter.reason, Reason::InvalidId);
+            assert_eq!(letter.message_id, None, "not clean text: kept raw only");
+            assert!(letter.detail.len() < 300, "{}", letter.detail.len());
+        }
+    }
+
+    #[test]
+    fn headers_count_towards_the_byte_limit() {
+        let mut m = raw(0, None, "");
+        m.payload = None;
+        assert_eq!(m.size_bytes(), RawMessage::OVERHEAD_BYTES);
+        if cfg!(target_pointer_width = "64") {
+            // The figures the README gives.
+            assert_eq!(
+                (RawMessage::OVERHEAD_BYTES, Header::OVERHEAD_BYTES),
+                (160, 64)
+            );
+        }
+        m.headers = vec![
+            Header {
+                key: Bytes::new(),
+                value: None,
+            };
+            500_000
+        ];
+        assert_eq!(
+            m.size_bytes(),
+            RawMessage::OVERHEAD_BYTES + 500_000 * Header::OVERHEAD_BYTES
+        );
+        assert!(
+            m.size_bytes() > 4 << 20,
+            "more than the default batch limit alone"
+        );
+        m.key = Some(Bytes::from_static(b"kk"));
+        m.headers.truncate(1);
+        m.headers[0].key = Bytes::from_static(b"abc");
+        m.headers[0].value = Some(Bytes::from_static(b"12345"));
+        let expected = RawMessage::OVERHEAD_BYTES + 2 + Header::OVERHEAD_BYTES + 3 + 5;
+        assert_eq!(m.size_bytes(), expected);
     }
 }

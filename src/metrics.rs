@@ -104,15 +104,16 @@ impl Metrics {
     pub fn record_batch(&self, sample: &BatchSample<'_>, committed_at: SystemTime) {
         let now_us = committed_at
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64);
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
         let mut m = self.lock();
         m.first_record = Some(
             m.first_record
                 .map_or(sample.opened, |f| f.min(sample.opened)),
         );
         m.last_commit = Some(Instant::now());
+        // Timestamps are set by producers: any i64. Saturate; a future one counts as 1 µs.
         for ts in sample.timestamps_ms.iter().flatten() {
-            let us = (now_us - ts * 1000).max(1) as u64;
+            let us = now_us.saturating_sub(ts.saturating_mul(1000)).max(1) as u64;
             m.e2e_us.saturating_record(us);
         }
         let t = sample.timings;
@@ -325,5 +326,31 @@ mod tests {
             std::hint::black_box(0u64);
         }
         assert!(cpu_seconds() > 0.0);
+    }
+
+    #[test]
+    fn producer_set_timestamps_at_the_ends_of_i64_do_not_overflow() {
+        let m = Metrics::default();
+        let opened = Instant::now();
+        m.record_batch(
+            &BatchSample {
+                opened,
+                closed: opened,
+                timings: StageTimings::default(),
+                offset_store: Duration::ZERO,
+                timestamps_ms: &[Some(i64::MAX), Some(i64::MIN), Some(i64::MAX / 1000 + 1)],
+            },
+            UNIX_EPOCH + Duration::from_secs(1),
+        );
+        let r = m.report("t", StatsSnapshot::default());
+        assert_eq!(r.e2e_latency_ms.count, 3);
+        // Timestamps in the future count as the smallest latency (1 µs); one at i64::MIN as the
+        // largest the histogram holds (one hour).
+        assert_eq!(r.e2e_latency_ms.p50, 1e-3);
+        assert!(
+            (r.e2e_latency_ms.max - 3_600_000.0).abs() < 3_600.0,
+            "{:?}",
+            r.e2e_latency_ms
+        );
     }
 }

@@ -148,10 +148,11 @@ impl Telemetry {
         }
         let now_ms = committed_at
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        // Timestamps are set by producers: any i64. Saturate; a future one counts as 0 s.
         let latencies = sample.timestamps_ms.iter().flatten();
         self.end_to_end
-            .observe_many(latencies.map(|ts| (now_ms - ts).max(0) as f64 / 1000.0));
+            .observe_many(latencies.map(|ts| now_ms.saturating_sub(*ts).max(0) as f64 / 1000.0));
     }
 
     /// Counts one failed attempt that will be retried.
@@ -377,6 +378,28 @@ mod tests {
             "a revoked partition keeps no lag series"
         );
         assert_eq!(t.total_lag(), (5, 1));
+    }
+
+    #[test]
+    fn producer_set_timestamps_at_the_ends_of_i64_do_not_overflow() {
+        let t = Telemetry::default();
+        let opened = Instant::now();
+        let sample = BatchSample {
+            opened,
+            closed: opened,
+            timings: Default::default(),
+            offset_store: Duration::ZERO,
+            timestamps_ms: &[Some(i64::MAX), Some(i64::MIN)],
+        };
+        t.record_batch(&TxOutcome::default(), &sample, UNIX_EPOCH);
+        // A timestamp in the future counts as 0 s, one at i64::MIN as i64::MAX ms.
+        let sum = i64::MAX as f64 / 1000.0;
+        let text = t.encode();
+        assert!(
+            text.contains("batch_inbox_end_to_end_latency_seconds_count 2"),
+            "{text}"
+        );
+        assert!(text.contains(&format!("batch_inbox_end_to_end_latency_seconds_sum {sum}")));
     }
 
     #[test]

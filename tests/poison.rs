@@ -61,6 +61,7 @@ fn record(offset: i64, bad: bool) -> RawMessage {
             key: "id".into(),
             value: Some(Bytes::from(uuid(offset as u32))),
         }],
+        header_error: None,
     }
 }
 

@@ -41,6 +41,7 @@ fn batch(first_offset: i64, n: usize, seed: u64) -> Vec<RawMessage> {
                 })
                 .into_iter()
                 .collect(),
+            header_error: None,
         })
         .collect()
 }

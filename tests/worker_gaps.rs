@@ -30,6 +30,7 @@ fn record(offset: i64) -> RawMessage {
             key: "id".into(),
             value: Some(Bytes::from(uuid(offset as u32))),
         }],
+        header_error: None,
     }
 }
 

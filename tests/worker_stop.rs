@@ -62,6 +62,7 @@ fn record(offset: i64) -> RawMessage {
             key: "id".into(),
             value: Some(Bytes::from(uuid(offset as u32))),
         }],
+        header_error: None,
     }
 }
 
@@ -74,7 +75,8 @@ async fn nothing_commits_after_a_batch_abandoned_at_shutdown() {
         calls: AtomicU32::new(0),
     });
     let sink = Arc::new(Recorded::default());
-    let settings = worker_settings(Mode::Batched, 10, 150);
+    // A byte limit above one plain record, below the padded one.
+    let settings = worker_settings(Mode::Batched, 10, record(0).size_bytes() + 100);
     let worker = PartitionWorker::new(
         Arc::from("t"),
         0,

@@ -80,9 +80,10 @@ pub fn batches(ids: Ids, size: usize, count: usize, offset: &mut i64) -> Vec<Dec
                         key: None,
                         payload: Some(Bytes::from_static(b"{}")),
                         headers: vec![Header {
-                            key: "id".to_owned(),
+                            key: "id".into(),
                             value: Some(Bytes::from(ids.new_id().to_string())),
                         }],
+                        header_error: None,
                     }
                 })
                 .collect();
@@ -99,7 +100,8 @@ pub fn histogram() -> Histogram<u64> {
 /// Applies one batch; checks that every id was new. Returns its latency.
 pub async fn apply(client: &mut Object, batch: &Decoded<Nothing>) -> Result<Duration> {
     let started = Instant::now();
-    let outcome = batch_inbox::inbox::apply_batch(client, &Noop, ("bench", 0), batch, None)
+    let rows = batch_inbox::dead_letter::RowForm::full("id");
+    let outcome = batch_inbox::inbox::apply_batch(client, &Noop, ("bench", 0), batch, None, rows)
         .await
         .context("the inbox transaction")?;
     if outcome.new != batch.messages.len() as u64 {

@@ -7,7 +7,7 @@
 use deadpool_postgres::Client;
 
 use super::{dedup_in_batch, insert_ids, rejected_letter, TxOutcome};
-use crate::dead_letter::{self, DeadLetter, Reason};
+use crate::dead_letter::{self, DeadLetter, Reason, RowForm};
 use crate::error::InboxError;
 use crate::failpoint::failpoint;
 use crate::handler::Handler;
@@ -21,6 +21,7 @@ pub(super) async fn dead_letter_poison<P>(
     part: &Decoded<P>,
     error: &str,
     target: Option<OffsetTarget<'_>>,
+    rows: RowForm<'_>,
 ) -> Result<TxOutcome, InboxError> {
     let tx = client.transaction().await?;
     let mut unique: Vec<&Message<P>> = part.messages.iter().collect();
@@ -31,7 +32,9 @@ pub(super) async fn dead_letter_poison<P>(
         let id = Some(m.id.to_string());
         DeadLetter::new(m.raw.clone(), id, Reason::HandlerError, error.to_owned())
     }));
-    let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
+    let written = dead_letter::insert(&tx, topic, partition, &letters, rows)
+        .await
+        .map_err(InboxError::DeadLetters)?;
     failpoint!("before_commit");
     tx.commit().await?;
     Ok(TxOutcome {
@@ -54,6 +57,7 @@ pub(super) async fn apply_without_inbox<H: Handler>(
     (topic, partition): (&str, i32),
     batch: &Decoded<H::Payload>,
     target: Option<OffsetTarget<'_>>,
+    rows: RowForm<'_>,
 ) -> Result<TxOutcome, InboxError> {
     let tx = client.transaction().await?;
     if let Some(t) = target {
@@ -66,7 +70,9 @@ pub(super) async fn apply_without_inbox<H: Handler>(
             .iter()
             .filter_map(|r| rejected_letter(&batch.messages, r)),
     );
-    let written = dead_letter::insert(&tx, topic, partition, &letters).await?;
+    let written = dead_letter::insert(&tx, topic, partition, &letters, rows)
+        .await
+        .map_err(InboxError::DeadLetters)?;
     failpoint!("before_commit");
     tx.commit().await?;
     Ok(TxOutcome {

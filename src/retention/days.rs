@@ -52,11 +52,12 @@ pub fn day_of_millis(ms: i64) -> i64 {
     ms.div_euclid(DAY_MS)
 }
 
-/// The range of ids of day `day`: `[from, to)`.
+/// The range of ids of day `day`: `[from, to)` (saturating: days beyond the 48-bit range of a
+/// UUIDv7's time clamp to its ends).
 pub fn day_bounds(day: i64) -> (Uuid, Uuid) {
     (
-        uuid_at_millis(day * DAY_MS),
-        uuid_at_millis((day + 1) * DAY_MS),
+        uuid_at_millis(day.saturating_mul(DAY_MS)),
+        uuid_at_millis(day.saturating_add(1).saturating_mul(DAY_MS)),
     )
 }
 
@@ -134,6 +135,9 @@ mod tests {
         ));
         assert!(from <= first && last < to, "{from} {first} {last} {to}");
         assert_eq!(day_bounds(day + 1).0, to);
+        let max = uuid_at_millis((1 << 48) - 1);
+        assert_eq!(day_bounds(i64::MAX), (max, max));
+        assert_eq!(day_bounds(i64::MIN), (Uuid::nil(), Uuid::nil()));
     }
 
     #[test]

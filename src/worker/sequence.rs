@@ -33,7 +33,7 @@ impl Sequence {
             }
             Some(_) => {}
         }
-        self.expected = Some(offset + 1);
+        self.expected = Some(offset.saturating_add(1));
     }
 }
 
@@ -45,9 +45,9 @@ mod tests {
     fn counts_skips_and_repeats_but_not_the_first_record() {
         let stats = Stats::default();
         let mut s = Sequence::default();
-        for o in [10, 11, 13, 14, 14, 15] {
+        for o in [10, 11, 13, 14, 14, 15, i64::MAX, i64::MAX] {
             s.observe("t", 0, o, &stats);
         }
-        assert_eq!(stats.offset_gaps.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.offset_gaps.load(Ordering::Relaxed), 3);
     }
 }

@@ -332,6 +332,7 @@ pub fn ledger_record(
             key: "id".into(),
             value: Some(bytes::Bytes::copy_from_slice(id.as_bytes())),
         }],
+        header_error: None,
     }
 }
 
