@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::RunError;
+use crate::error::{KafkaClientError, RunError};
 use crate::failpoint::failpoint;
 use crate::message::{Header, RawMessage};
 use crate::worker::{Input, OffsetSink};
@@ -41,8 +41,8 @@ use crate::worker::{Input, OffsetSink};
 /// The consumer type used by the processor.
 pub type KafkaConsumer = StreamConsumer<GroupContext>;
 
-/// Kafka client settings of a processor.
-#[derive(Debug, Clone)]
+/// Kafka client settings of a processor. `Debug` hides the values of sensitive overrides.
+#[derive(Clone)]
 pub struct KafkaSettings {
     /// Bootstrap servers.
     pub brokers: String,
@@ -104,6 +104,25 @@ impl KafkaSettings {
             c.set(k, v);
         }
         c
+    }
+}
+
+impl std::fmt::Debug for KafkaSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let KafkaSettings {
+            brokers,
+            topic,
+            group,
+            partition_eof,
+            overrides,
+        } = self;
+        f.debug_struct("KafkaSettings")
+            .field("brokers", brokers)
+            .field("topic", topic)
+            .field("group", group)
+            .field("partition_eof", partition_eof)
+            .field("overrides", &crate::secret::RedactedProperties(overrides))
+            .finish()
     }
 }
 
@@ -418,8 +437,12 @@ impl GroupMember {
             revoke_timeout,
             ..GroupContext::default()
         };
-        let consumer: Arc<KafkaConsumer> =
-            Arc::new(settings.client_config().create_with_context(context)?);
+        let consumer: Arc<KafkaConsumer> = Arc::new(
+            settings
+                .client_config()
+                .create_with_context(context)
+                .map_err(|e| KafkaClientError::new(e, &settings.overrides))?,
+        );
         let weak = Arc::downgrade(&consumer);
         let _ = consumer.context().consumer.set(weak.clone());
         let _ = consumer.context().spawner.set(spawn(weak));

@@ -58,7 +58,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    let pool = db::connect(&args.db.database_url, 1).await?;
+    let pool = db::connect(args.db.database_url.expose(), 1).await?;
     let applied = db::migrate(&pool).await?;
     println!("migrations applied: {applied:?}");
     if args.partitioned {
@@ -78,7 +78,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
 }
 
 async fn cleanup(args: CleanupCommandArgs) -> anyhow::Result<()> {
-    let pool = db::connect(&args.db.database_url, 1).await?;
+    let pool = db::connect(args.db.database_url.expose(), 1).await?;
     db::check_schema(&pool).await?;
     let settings = args.cleanup.settings(args.retention);
     let stop = tokio_util::sync::CancellationToken::new();
@@ -133,7 +133,7 @@ async fn start_maintenance(
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let pool = db::connect(&args.db.database_url, args.pipeline.pool_size.get()).await?;
+    let pool = db::connect(args.db.database_url.expose(), args.pipeline.pool_size.get()).await?;
     db::check_schema(&pool).await?;
     let statements_before = match args.report {
         Some(_) => measure::statement_count(&pool).await,
@@ -216,7 +216,7 @@ async fn process(
     let stop = CancellationToken::new();
     let stop_ops = stop.clone().drop_guard();
     if let Some(addr) = args.ops.metrics_addr {
-        let url = &args.db.database_url;
+        let url = args.db.database_url.expose();
         batch_inbox::exporter::start(addr, url, pool.clone(), stats.clone(), stop.clone()).await?;
     }
     let summary = batch_inbox::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
@@ -335,7 +335,7 @@ impl Progress {
 }
 
 async fn demo(args: DemoArgs) -> anyhow::Result<()> {
-    let pool = db::connect(&args.db.database_url, args.pipeline.pool_size.get()).await?;
+    let pool = db::connect(args.db.database_url.expose(), args.pipeline.pool_size.get()).await?;
     db::migrate(&pool).await?;
     let client = pool.get().await?;
     client
@@ -386,7 +386,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
 
 async fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     let expected = read_expected(&args.expect)?;
-    let pool = db::connect(&args.db.database_url, 1).await?;
+    let pool = db::connect(args.db.database_url.expose(), 1).await?;
     let diffs = verify_against(&pool, &expected).await?;
     if !diffs.is_empty() {
         anyhow::bail!("FAIL: {}", diffs.join("; "));
@@ -402,7 +402,7 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<()> {
 }
 
 async fn copy_ceiling(args: CopyCeilingArgs) -> anyhow::Result<()> {
-    let pool = db::connect(&args.db.database_url, args.streams.max(1)).await?;
+    let pool = db::connect(args.db.database_url.expose(), args.streams.max(1)).await?;
     let (rows, secs) = measure::copy_ceiling(&pool, args.streams).await?;
     let rate = rows as f64 / secs.max(1e-9);
     println!(
