@@ -8,7 +8,10 @@
 //! and order within a partition is kept. On revoke, the partition's worker commits what it has
 //! read and stops before the revoke returns. Before an assignment takes effect, an
 //! [`AssignHook`] may set start offsets in it (the processor's one starts from offsets stored in
-//! the database when they are ahead of Kafka's).
+//! the database when they are ahead of Kafka's). Overrides that would break these invariants are
+//! refused ([`refused`]).
+
+pub mod refused;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,6 +40,8 @@ use crate::error::{KafkaClientError, RunError};
 use crate::failpoint::failpoint;
 use crate::message::{Header, RawMessage};
 use crate::worker::{Input, OffsetSink};
+
+pub use refused::RefusedSetting;
 
 /// The consumer type used by the processor.
 pub type KafkaConsumer = StreamConsumer<GroupContext>;
@@ -70,6 +75,11 @@ impl KafkaSettings {
             partition_eof: false,
             overrides: Vec::new(),
         }
+    }
+
+    /// Refuses overrides that would break the guarantee ([`refused::RULES`]).
+    pub fn check(&self, offsets_in_db: bool) -> Result<(), RefusedSetting> {
+        refused::check(self, offsets_in_db)
     }
 
     /// The librdkafka configuration: the processor's defaults, then the overrides.

@@ -146,6 +146,9 @@ pub enum RunError {
     /// The Kafka client could not be created from its properties.
     #[error(transparent)]
     KafkaClient(#[from] KafkaClientError),
+    /// A librdkafka setting would break the guarantee; nothing was consumed.
+    #[error(transparent)]
+    Refused(#[from] crate::consumer::RefusedSetting),
     /// A batch failed for a reason retrying cannot fix; its offsets were not committed.
     #[error("batch of {topic}/{partition} at offset {offset} failed: {source}")]
     Batch {

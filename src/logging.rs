@@ -124,20 +124,38 @@ pub async fn summary_loop(stats: Arc<Stats>, every: Duration, stop: Cancellation
     }
 }
 
+/// One summary line: at info level, or at warn level naming the unsafe test-only switches when
+/// any is on, so that no summary of an unsafe run can be mistaken for a safe one.
 fn log_summary(s: &Summary, stats: &Stats) {
     let (lag, partitions) = stats.telemetry.total_lag();
-    tracing::info!(
-        target: "batch_inbox::summary",
-        msgs_per_s = s.msgs_per_s.round() as u64,
-        records = s.records,
-        new = s.new,
-        duplicates = s.duplicates,
-        dup_ratio = (s.dup_ratio * 1000.0).round() / 1000.0,
-        dead_letters = s.dead_letters,
-        lag,
-        lag_partitions = partitions,
-        "summary"
-    );
+    let switches = stats.telemetry.unsafe_switches();
+    macro_rules! summary {
+        ($level:expr, $($unsafe:tt)*) => {
+            tracing::event!(
+                target: "batch_inbox::summary",
+                $level,
+                msgs_per_s = s.msgs_per_s.round() as u64,
+                records = s.records,
+                new = s.new,
+                duplicates = s.duplicates,
+                dup_ratio = (s.dup_ratio * 1000.0).round() / 1000.0,
+                dead_letters = s.dead_letters,
+                lag,
+                lag_partitions = partitions,
+                $($unsafe)*
+            )
+        };
+    }
+    if switches.is_empty() {
+        summary!(tracing::Level::INFO, "summary");
+    } else {
+        let switches = switches.join(" ");
+        summary!(
+            tracing::Level::WARN,
+            unsafe_mode = %switches,
+            "summary; UNSAFE test-only mode ({switches}): the exactly-once guarantee does not hold"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -38,7 +38,13 @@ async fn main() -> std::process::ExitCode {
             print_settings(&loaded.settings);
             Ok(())
         }
-        Command::Run(args) => run(*args).await,
+        Command::Run(args) => match args.processor().kafka.check(args.offsets_in_db) {
+            Ok(()) => run(*args).await,
+            Err(refused) => {
+                eprintln!("error: {refused}");
+                return std::process::ExitCode::from(2);
+            }
+        },
         Command::Produce(args) => produce(args).await,
         Command::Demo(args) => demo(args).await,
         Command::Verify(args) => verify(args).await,
@@ -215,6 +221,10 @@ async fn process(
 ) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let stop_ops = stop.clone().drop_guard();
+    let config = args.processor();
+    // Before the listener starts: no scrape of an unsafe run reads 0.
+    let switches = batch_inbox::processor::unsafe_switches(&config.worker);
+    stats.telemetry.set_unsafe_mode(&switches);
     if let Some(addr) = args.ops.metrics_addr {
         let url = args.db.database_url.expose();
         batch_inbox::exporter::start(addr, url, pool.clone(), stats.clone(), stop.clone()).await?;
@@ -222,7 +232,7 @@ async fn process(
     let summary = batch_inbox::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
     let summary = tokio::spawn(summary);
     let result = batch_inbox::processor::run_with_stats(
-        args.processor(),
+        config,
         pool.clone(),
         Arc::new(Ledger),
         stats.clone(),
