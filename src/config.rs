@@ -150,8 +150,14 @@ pub struct PipelineArgs {
     /// Largest batch, in messages.
     #[arg(long, env = "BATCH_INBOX_BATCH_SIZE", default_value = "1000")]
     pub batch_size: NonZeroUsize,
-    /// Longest wait after a batch's first message before it is applied, in milliseconds.
-    #[arg(long, env = "BATCH_INBOX_BATCH_LINGER_MS", default_value_t = 20)]
+    /// Longest wait after a batch's first message before it is applied, in milliseconds (at
+    /// most an hour).
+    #[arg(
+        long,
+        env = "BATCH_INBOX_BATCH_LINGER_MS",
+        default_value_t = 20,
+        value_parser = clap::value_parser!(u64).range(..=MAX_LINGER_MS)
+    )]
     pub batch_linger_ms: u64,
     /// Largest batch, in bytes of keys, values and headers.
     #[arg(long, env = "BATCH_INBOX_BATCH_MAX_BYTES", default_value = "4194304")]
@@ -322,6 +328,9 @@ pub struct DemoArgs {
     pub partitions: i32,
 }
 
+/// Longest batch linger: far beyond any useful one, and far from overflowing a deadline.
+const MAX_LINGER_MS: u64 = 3_600_000;
+
 /// Parses `-X KEY=VALUE`. Its error never quotes the argument, which may hold a secret.
 #[derive(Clone)]
 struct PropertyParser;
@@ -469,6 +478,22 @@ mod tests {
         assert!(
             err.contains("-X expects KEY=VALUE") && !err.contains("Sup3rS3cretPw"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_linger_that_would_overflow_a_deadline_is_refused() {
+        let err = parse(&["run", "--batch-linger-ms", "18446744073709551615"]).unwrap_err();
+        assert!(err.to_string().contains("--batch-linger-ms"), "{err}");
+        let Command::Run(run) = parse(&["run", "--batch-linger-ms", "3600000"])
+            .unwrap()
+            .command
+        else {
+            panic!("not run")
+        };
+        assert_eq!(
+            run.processor().worker.batcher.linger,
+            Duration::from_secs(3600)
         );
     }
 
