@@ -142,6 +142,24 @@ where
     Ok(Loaded { cli, settings })
 }
 
+/// `e`, unless it quotes an argument that is no flag: a value separated from its flag (`-X
+/// sasl.password SECRET`) may be a secret, so that error does not quote it.
+pub fn hide_stray_value(e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let stray = matches!(
+        e.get(ContextKind::InvalidArg),
+        Some(ContextValue::String(arg)) if !arg.starts_with('-')
+    );
+    if e.kind() != ErrorKind::UnknownArgument || !stray {
+        return e;
+    }
+    clap::Error::raw(
+        ErrorKind::UnknownArgument,
+        "unexpected argument, not shown: a value without its flag may be a secret (-X takes \
+         KEY=VALUE as one argument)\n",
+    )
+}
+
 /// The long name of the flag clap refused (`--batch-size <N>` → `batch-size`).
 fn rejected_flag(e: &clap::Error) -> String {
     match e.get(clap::error::ContextKind::InvalidArg) {

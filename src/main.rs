@@ -21,7 +21,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> std::process::ExitCode {
     let loaded = match config_file::load(std::env::args_os()) {
         Ok(loaded) => loaded,
-        Err(ConfigError::Cli(e)) => e.exit(),
+        Err(ConfigError::Cli(e)) => config_file::hide_stray_value(e).exit(),
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::from(2);

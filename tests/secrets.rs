@@ -225,6 +225,20 @@ async fn a_refused_kafka_property_is_named_without_its_value() {
     let out = binary(&["run", "-X", &colon], &[]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert_hidden("-X without =", &out);
+    let out = binary(&["run", "-X", "sasl.password", PW], &[]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.starts_with("error: unexpected argument"),
+        "{}",
+        out.stderr
+    );
+    assert_hidden("-X with the value as a separate argument", &out);
+    let out = binary(&["run", "--no-such-flag"], &[]);
+    assert!(
+        out.stderr.contains("'--no-such-flag'"),
+        "flags are still named: {}",
+        out.stderr
+    );
 
     // The producer of `produce` and the admin client of the retention check.
     let props = vec![("sasl.pasword".to_owned(), PW.to_owned())];
