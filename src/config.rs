@@ -15,6 +15,7 @@ use crate::inbox::Mode;
 use crate::logging::LogFormat;
 use crate::processor::ProcessorConfig;
 use crate::retention::{parse_retention, CleanupArgs, CleanupCommandArgs, MigrateArgs};
+use crate::secret::{DatabaseUrl, RedactedProperties};
 use crate::worker::{RetryPolicy, WorkerSettings};
 
 /// Apply a Kafka topic to PostgreSQL exactly once, with a micro-batched transactional inbox.
@@ -101,17 +102,18 @@ pub struct VerifyArgs {
 /// Database connection.
 #[derive(Debug, Clone, Args)]
 pub struct DbArgs {
-    /// PostgreSQL connection URL.
+    /// PostgreSQL connection URL (or `key=value` string); its password is never shown.
     #[arg(
         long,
         env = "DATABASE_URL",
+        hide_env_values = true,
         default_value = "postgres://postgres@127.0.0.1:5432/batch_inbox"
     )]
-    pub database_url: String,
+    pub database_url: DatabaseUrl,
 }
 
-/// Kafka connection.
-#[derive(Debug, Clone, Args)]
+/// Kafka connection. `Debug` hides the values of sensitive properties.
+#[derive(Clone, Args)]
 pub struct KafkaArgs {
     /// Bootstrap servers of any Kafka-protocol broker.
     #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
@@ -120,8 +122,23 @@ pub struct KafkaArgs {
     #[arg(long, env = "BATCH_INBOX_TOPIC", default_value = "ledger")]
     pub topic: String,
     /// librdkafka property passed through, as `key=value` (repeatable), applied last.
-    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_property)]
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = PropertyParser)]
     pub properties: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for KafkaArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let KafkaArgs {
+            brokers,
+            topic,
+            properties,
+        } = self;
+        f.debug_struct("KafkaArgs")
+            .field("brokers", brokers)
+            .field("topic", topic)
+            .field("properties", &RedactedProperties(properties))
+            .finish()
+    }
 }
 
 /// Processing settings shared by `run` and `demo`.
@@ -133,8 +150,14 @@ pub struct PipelineArgs {
     /// Largest batch, in messages.
     #[arg(long, env = "BATCH_INBOX_BATCH_SIZE", default_value = "1000")]
     pub batch_size: NonZeroUsize,
-    /// Longest wait after a batch's first message before it is applied, in milliseconds.
-    #[arg(long, env = "BATCH_INBOX_BATCH_LINGER_MS", default_value_t = 20)]
+    /// Longest wait after a batch's first message before it is applied, in milliseconds (at
+    /// most an hour).
+    #[arg(
+        long,
+        env = "BATCH_INBOX_BATCH_LINGER_MS",
+        default_value_t = 20,
+        value_parser = clap::value_parser!(u64).range(..=MAX_LINGER_MS)
+    )]
     pub batch_linger_ms: u64,
     /// Largest batch, in bytes of keys, values, header names and values, plus 64 bytes per
     /// header and the size of a record's owned copy per record.
@@ -307,10 +330,39 @@ pub struct DemoArgs {
     pub partitions: i32,
 }
 
-fn parse_property(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
-        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+/// Longest batch linger: far beyond any useful one, and far from overflowing a deadline.
+const MAX_LINGER_MS: u64 = 3_600_000;
+
+/// Parses `-X KEY=VALUE`. Its error never quotes the argument, which may hold a secret.
+#[derive(Clone)]
+struct PropertyParser;
+
+impl clap::builder::TypedValueParser for PropertyParser {
+    type Value = (String, String);
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        match value.to_str().and_then(|s| s.split_once('=')) {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+            _ => {
+                use clap::error::{ContextKind, ContextValue, ErrorKind};
+                let mut e = clap::Error::raw(
+                    ErrorKind::ValueValidation,
+                    "-X expects KEY=VALUE: a librdkafka property, `=`, its value (the argument \
+                     is not shown: it may hold a secret)\n",
+                )
+                .with_cmd(cmd);
+                e.insert(
+                    ContextKind::InvalidArg,
+                    ContextValue::String("-X <KEY=VALUE>".to_owned()),
+                );
+                Err(e)
+            }
+        }
     }
 }
 
@@ -418,6 +470,33 @@ mod tests {
             let err = parse(&args).unwrap_err().to_string();
             assert!(err.contains(needle), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_bad_property_is_refused_without_quoting_it() {
+        let err = parse(&["run", "-X", "sasl.password:Sup3rS3cretPw"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("-X expects KEY=VALUE") && !err.contains("Sup3rS3cretPw"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_linger_that_would_overflow_a_deadline_is_refused() {
+        let err = parse(&["run", "--batch-linger-ms", "18446744073709551615"]).unwrap_err();
+        assert!(err.to_string().contains("--batch-linger-ms"), "{err}");
+        let Command::Run(run) = parse(&["run", "--batch-linger-ms", "3600000"])
+            .unwrap()
+            .command
+        else {
+            panic!("not run")
+        };
+        assert_eq!(
+            run.processor().worker.batcher.linger,
+            Duration::from_secs(3600)
+        );
     }
 
     #[test]

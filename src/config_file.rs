@@ -21,6 +21,7 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches};
 
 use crate::config::Cli;
+use crate::secret::{redact_database_url, redact_property_arg, MASK};
 
 /// The table of librdkafka properties.
 pub const LIBRDKAFKA_TABLE: &str = "librdkafka";
@@ -141,15 +142,33 @@ where
     Ok(Loaded { cli, settings })
 }
 
+/// `e`, unless it quotes an argument that is no flag: a value separated from its flag (`-X
+/// sasl.password SECRET`) may be a secret, so that error does not quote it.
+pub fn hide_stray_value(e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let stray = matches!(
+        e.get(ContextKind::InvalidArg),
+        Some(ContextValue::String(arg)) if !arg.starts_with('-')
+    );
+    if e.kind() != ErrorKind::UnknownArgument || !stray {
+        return e;
+    }
+    clap::Error::raw(
+        ErrorKind::UnknownArgument,
+        "unexpected argument, not shown: a value without its flag may be a secret (-X takes \
+         KEY=VALUE as one argument)\n",
+    )
+}
+
 /// The long name of the flag clap refused (`--batch-size <N>` → `batch-size`).
 fn rejected_flag(e: &clap::Error) -> String {
     match e.get(clap::error::ContextKind::InvalidArg) {
-        Some(clap::error::ContextValue::String(s)) => s
-            .trim_start_matches('-')
-            .split([' ', '='])
-            .next()
-            .unwrap_or_default()
-            .to_owned(),
+        Some(clap::error::ContextValue::String(s)) => {
+            match s.trim_start_matches('-').split([' ', '=']).next() {
+                Some("X") => LIBRDKAFKA_TABLE.to_owned(),
+                other => other.unwrap_or_default().to_owned(),
+            }
+        }
         _ => "?".to_owned(),
     }
 }
@@ -299,52 +318,64 @@ fn describe(
         let name = arg
             .get_long()
             .map_or_else(|| arg.get_short().unwrap_or('?').to_string(), str::to_owned);
-        let values: Vec<String> = raw.map(|v| redact(&v.to_string_lossy())).collect();
+        let values: Vec<String> = raw.map(|v| redact(arg, &v.to_string_lossy())).collect();
         out.push((name, values.join(" "), source));
     }
     out
 }
 
-/// Hides secrets in a setting's text: the password of a URL (`user:***@host`) and the value of
-/// a `KEY=VALUE` property whose key names a password or a secret.
-pub fn redact(value: &str) -> String {
-    if let Some((key, _)) = value.split_once('=') {
-        let k = key.to_ascii_lowercase();
-        if !value.contains("://") && (k.contains("password") || k.contains("secret")) {
-            return format!("{key}=***");
-        }
-    }
-    let Some((scheme, rest)) = value.split_once("://") else {
-        return value.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rsplit_once('@') {
-        Some((user_info, _)) if user_info.contains(':') => {
-            let user = user_info.split(':').next().unwrap_or_default();
-            let host_and_path = &rest[user_info.len()..];
-            format!("{scheme}://{user}:***{host_and_path}")
-        }
-        _ => value.to_owned(),
+/// A setting's text as `--print-config` shows it, secrets hidden (see [`crate::secret`]): the
+/// password of the database URL in any form, the value of a sensitive `-X` property, the whole
+/// value of any other flag whose environment value `--help` hides, and the password of any URL.
+pub fn redact(arg: &clap::Arg, value: &str) -> String {
+    if arg.get_id() == "database_url" || (value.contains("://") && !arg.is_hide_env_values_set()) {
+        redact_database_url(value)
+    } else if arg.get_short() == Some('X') {
+        redact_property_arg(value)
+    } else if arg.is_hide_env_values_set() {
+        MASK.to_owned()
+    } else {
+        value.to_owned()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::redact;
+    use clap::Arg;
 
     #[test]
     fn secrets_are_not_printed() {
-        assert_eq!(
-            redact("postgres://app:s3cr%40t@db:5432/x?sslmode=require"),
-            "postgres://app:***@db:5432/x?sslmode=require"
-        );
-        assert_eq!(redact("postgres://app@db/x"), "postgres://app@db/x");
-        assert_eq!(redact("sasl.password=hunter2"), "sasl.password=***");
-        assert_eq!(
-            redact("sasl.oauthbearer.client.secret=x"),
-            "sasl.oauthbearer.client.secret=***"
-        );
-        assert_eq!(redact("fetch.min.bytes=1"), "fetch.min.bytes=1");
-        assert_eq!(redact("127.0.0.1:9092"), "127.0.0.1:9092");
+        let url = Arg::new("database_url").long("database-url");
+        let x = Arg::new("properties").short('X');
+        let brokers = Arg::new("brokers").long("brokers");
+        let secret = Arg::new("token").long("token").hide_env_values(true);
+        for (arg, value, shown) in [
+            (
+                &url,
+                "postgres://app:s3cr%40t@db:5432/x?sslmode=require",
+                "postgres://app:***@db:5432/x?sslmode=require",
+            ),
+            (&url, "postgres://app@db/x", "postgres://app@db/x"),
+            (
+                &url,
+                "postgres://db/x?password=pw",
+                "postgres://db/x?password=***",
+            ),
+            (&url, "host=db password='p w'", "host=db password=***"),
+            (&x, "sasl.password=hunter2", "sasl.password=***"),
+            (&x, "ssl.key.pem=-----BEGIN", "ssl.key.pem=***"),
+            (
+                &x,
+                "sasl.oauthbearer.config=a b",
+                "sasl.oauthbearer.config=***",
+            ),
+            (&x, "fetch.min.bytes=1", "fetch.min.bytes=1"),
+            (&brokers, "127.0.0.1:9092", "127.0.0.1:9092"),
+            (&brokers, "x://u:pw@h", "x://u:***@h"),
+            (&secret, "pw", "***"),
+        ] {
+            assert_eq!(redact(arg, value), shown, "{value}");
+        }
     }
 }

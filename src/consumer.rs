@@ -8,7 +8,10 @@
 //! and order within a partition is kept. On revoke, the partition's worker commits what it has
 //! read and stops before the revoke returns. Before an assignment takes effect, an
 //! [`AssignHook`] may set start offsets in it (the processor's one starts from offsets stored in
-//! the database when they are ahead of Kafka's).
+//! the database when they are ahead of Kafka's). Overrides that would break these invariants are
+//! refused ([`refused`]).
+
+pub mod refused;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -33,18 +36,19 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::RunError;
+use crate::error::{KafkaClientError, RunError};
 use crate::failpoint::failpoint;
 use crate::message::RawMessage;
 use crate::worker::{Input, OffsetSink};
 
 pub mod headers;
+pub use refused::RefusedSetting;
 
 /// The consumer type used by the processor.
 pub type KafkaConsumer = StreamConsumer<GroupContext>;
 
-/// Kafka client settings of a processor.
-#[derive(Debug, Clone)]
+/// Kafka client settings of a processor. `Debug` hides the values of sensitive overrides.
+#[derive(Clone)]
 pub struct KafkaSettings {
     /// Bootstrap servers.
     pub brokers: String,
@@ -72,6 +76,11 @@ impl KafkaSettings {
             partition_eof: false,
             overrides: Vec::new(),
         }
+    }
+
+    /// Refuses overrides that would break the guarantee ([`refused::RULES`]).
+    pub fn check(&self, offsets_in_db: bool) -> Result<(), RefusedSetting> {
+        refused::check(self, offsets_in_db)
     }
 
     /// The librdkafka configuration: the processor's defaults, then the overrides.
@@ -106,6 +115,25 @@ impl KafkaSettings {
             c.set(k, v);
         }
         c
+    }
+}
+
+impl std::fmt::Debug for KafkaSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let KafkaSettings {
+            brokers,
+            topic,
+            group,
+            partition_eof,
+            overrides,
+        } = self;
+        f.debug_struct("KafkaSettings")
+            .field("brokers", brokers)
+            .field("topic", topic)
+            .field("group", group)
+            .field("partition_eof", partition_eof)
+            .field("overrides", &crate::secret::RedactedProperties(overrides))
+            .finish()
     }
 }
 
@@ -470,8 +498,12 @@ impl GroupMember {
             revoke_timeout,
             ..GroupContext::default()
         };
-        let consumer: Arc<KafkaConsumer> =
-            Arc::new(settings.client_config().create_with_context(context)?);
+        let consumer: Arc<KafkaConsumer> = Arc::new(
+            settings
+                .client_config()
+                .create_with_context(context)
+                .map_err(|e| KafkaClientError::new(e, &settings.overrides))?,
+        );
         let weak = Arc::downgrade(&consumer);
         let _ = consumer.context().consumer.set(weak.clone());
         let _ = consumer.context().spawner.set(spawn(weak));

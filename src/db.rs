@@ -61,8 +61,7 @@ const MIGRATION_LOCK: i64 = 0x6261_7463_6869_6e62;
 
 /// Builds a pool of at most `size` connections to `url`. Connects once to fail early.
 pub async fn connect(url: &str, size: usize) -> Result<Pool, DbError> {
-    let mut config =
-        tokio_postgres::Config::from_str(url).map_err(|e| DbError::Url(e.to_string()))?;
+    let mut config = tokio_postgres::Config::from_str(url).map_err(|e| url_error(&e))?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(Duration::from_secs(5));
     }
@@ -84,6 +83,20 @@ pub async fn connect(url: &str, size: usize) -> Result<Pool, DbError> {
         .map_err(|e| DbError::Build(e.to_string()))?;
     drop(pool.get().await?);
     Ok(pool)
+}
+
+/// Why `url` does not parse: the driver's reason (`invalid value for option `port``), without the
+/// character of the string the parser quotes (`expected `=` but got `x``), which can be one of
+/// the password's.
+fn url_error(e: &tokio_postgres::Error) -> DbError {
+    let text = match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    };
+    match text.find(" but got ") {
+        Some(i) => DbError::Url(text[..i].to_owned()),
+        None => DbError::Url(text),
+    }
 }
 
 /// Applies the migrations not yet applied; returns the versions applied now.

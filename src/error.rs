@@ -3,7 +3,11 @@
 //! Classification is by SQLSTATE and error kind, never by message text.
 
 use deadpool_postgres::PoolError;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaConfRes;
 use tokio_postgres::error::SqlState;
+
+use crate::secret::{scrub, sensitive_values};
 
 /// True when a PostgreSQL error is transient: the same work may succeed when retried.
 pub fn is_retryable_db(err: &tokio_postgres::Error) -> bool {
@@ -100,12 +104,56 @@ impl InboxError {
     }
 }
 
+/// A Kafka client could not be created from its properties.
+///
+/// Never holds a property's value: librdkafka's own messages quote values (`Invalid value "…"
+/// for configuration property "…"`), so a refused property keeps its key and the kind of problem
+/// only, and other creation errors have the sensitive values of the properties scrubbed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KafkaClientError {
+    /// librdkafka refused a property.
+    #[error("librdkafka property `{key}`: {problem} (its value is not shown)")]
+    Property {
+        /// The property's name.
+        key: String,
+        /// `no such property` or `invalid value`.
+        problem: &'static str,
+    },
+    /// librdkafka could not create the client (an unreadable key file, an unsupported
+    /// mechanism…).
+    #[error("cannot create the Kafka client: {0}")]
+    Create(String),
+}
+
+impl KafkaClientError {
+    /// Maps rdkafka's error from creating a client configured with `properties` (the
+    /// user-supplied ones, whose sensitive values are scrubbed from librdkafka's text).
+    pub fn new(error: KafkaError, properties: &[(String, String)]) -> Self {
+        match error {
+            KafkaError::ClientConfig(result, _, key, _) => Self::Property {
+                key,
+                problem: match result {
+                    RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN => "no such property",
+                    _ => "invalid value",
+                },
+            },
+            other => Self::Create(scrub(&other.to_string(), sensitive_values(properties))),
+        }
+    }
+}
+
 /// Failure of the processor as a whole.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// Kafka client failure (creation, subscription, commit at shutdown).
+    /// Kafka client failure (subscription, commit at shutdown).
     #[error("kafka: {0}")]
-    Kafka(#[from] rdkafka::error::KafkaError),
+    Kafka(#[from] KafkaError),
+    /// The Kafka client could not be created from its properties.
+    #[error(transparent)]
+    KafkaClient(#[from] KafkaClientError),
+    /// A librdkafka setting would break the guarantee; nothing was consumed.
+    #[error(transparent)]
+    Refused(#[from] crate::consumer::RefusedSetting),
     /// A batch failed for a reason retrying cannot fix; its offsets were not committed.
     #[error("batch of {topic}/{partition} at offset {offset} failed: {source}")]
     Batch {
@@ -174,6 +222,38 @@ pub enum DbError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kafka_client_error_names_the_property_never_its_value() {
+        let pw = "Sup3rS3cretPw";
+        let refused = KafkaError::ClientConfig(
+            RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
+            format!("Invalid value \"{pw}\" for configuration property \"fetch.min.bytes\""),
+            "fetch.min.bytes".to_owned(),
+            pw.to_owned(),
+        );
+        let e = KafkaClientError::new(refused, &[]);
+        assert_eq!(
+            e.to_string(),
+            "librdkafka property `fetch.min.bytes`: invalid value (its value is not shown)"
+        );
+        assert!(!format!("{e:?}").contains(pw));
+        let unknown = KafkaError::ClientConfig(
+            RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN,
+            "No such configuration property: \"sasl.pasword\"".to_owned(),
+            "sasl.pasword".to_owned(),
+            pw.to_owned(),
+        );
+        let e = KafkaClientError::new(unknown, &[]);
+        assert!(
+            e.to_string().contains("`sasl.pasword`: no such property"),
+            "{e}"
+        );
+        let creation = KafkaError::ClientCreation(format!("ssl.key.pem failed: {pw}"));
+        let props = [("ssl.key.pem".to_owned(), pw.to_owned())];
+        let e = KafkaClientError::new(creation, &props);
+        assert!(e.to_string().ends_with("ssl.key.pem failed: ***"), "{e}");
+    }
 
     #[test]
     fn transient_states_are_retryable_and_constraint_violations_are_not() {

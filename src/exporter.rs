@@ -7,8 +7,13 @@
 //!
 //! A group member with no partition (more members than partitions, or before the group join)
 //! is reported not ready: it applies nothing. Liveness (`/healthz`) does not depend on it.
+//!
+//! Whoever can reach the listener learns only the kind of reason (`not ready: database`, `not
+//! ready: no partition`); the detail (the driver's error, the database URL's password scrubbed
+//! from it) goes to the log, at warn level when the reason changes.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +24,7 @@ use axum::routing::get;
 use axum::Router;
 use deadpool_postgres::Pool;
 
+use crate::secret::DatabaseUrl;
 use crate::stats::Stats;
 
 /// What the listener reports on.
@@ -32,6 +38,10 @@ pub struct OpsState {
     pub probe: Pool,
     /// Longest wait for the readiness query.
     pub probe_timeout: Duration,
+    /// The readiness pool's URL, whose password is scrubbed from the errors logged.
+    pub database_url: DatabaseUrl,
+    /// The outcome of the last probe ([`NotReady::code`], 0 when ready), to log changes once.
+    reported: Arc<AtomicU8>,
 }
 
 /// Why the process is not ready.
@@ -45,16 +55,34 @@ pub enum NotReady {
     NoPartition,
 }
 
+impl NotReady {
+    /// The body of `/readyz`: the kind of reason only.
+    pub fn body(&self) -> &'static str {
+        match self {
+            NotReady::Database(_) => "not ready: database\n",
+            NotReady::NoPartition => "not ready: no partition\n",
+        }
+    }
+
+    fn code(&self) -> u8 {
+        match self {
+            NotReady::Database(_) => 1,
+            NotReady::NoPartition => 2,
+        }
+    }
+}
+
 impl OpsState {
     /// Checks the database (`SELECT 1` within the timeout), then the assignment. Returns the
     /// number of assigned partitions when ready.
     pub async fn readiness(&self) -> Result<i64, NotReady> {
         let query = async {
-            let client = self.probe.get().await.map_err(|e| e.to_string())?;
+            let scrubbed = |e: &dyn std::fmt::Display| self.database_url.scrub(&e.to_string());
+            let client = self.probe.get().await.map_err(|e| scrubbed(&e))?;
             client
                 .simple_query("SELECT 1")
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| scrubbed(&e))
         };
         match tokio::time::timeout(self.probe_timeout, query).await {
             Ok(Ok(_)) => {}
@@ -67,6 +95,19 @@ impl OpsState {
         match self.stats.telemetry.assigned_partitions() {
             0 => Err(NotReady::NoPartition),
             n => Ok(n),
+        }
+    }
+
+    /// Logs why the process is not ready: at warn level when the reason is new, at debug level
+    /// when it repeats; the return to ready at info level.
+    fn report(&self, outcome: &Result<i64, NotReady>) {
+        let code = outcome.as_ref().map_or_else(NotReady::code, |_| 0);
+        let changed = self.reported.swap(code, Ordering::Relaxed) != code;
+        match outcome {
+            Err(e) if changed => tracing::warn!("not ready: {e}"),
+            Err(e) => tracing::debug!("not ready: {e}"),
+            Ok(n) if changed => tracing::info!("ready again: {n} partition(s) assigned"),
+            Ok(_) => {}
         }
     }
 }
@@ -107,15 +148,14 @@ async fn metrics(State(state): State<Arc<OpsState>>) -> impl IntoResponse {
 }
 
 async fn ready(State(state): State<Arc<OpsState>>) -> (StatusCode, String) {
-    match state.readiness().await {
+    let outcome = state.readiness().await;
+    state.report(&outcome);
+    match outcome {
         Ok(n) => (
             StatusCode::OK,
             format!("ready: database reachable, {n} partition(s) assigned\n"),
         ),
-        Err(e) => {
-            tracing::debug!("not ready: {e}");
-            (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n"))
-        }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.body().to_owned()),
     }
 }
 
@@ -155,6 +195,8 @@ pub async fn start(
         pool,
         probe: crate::db::connect(database_url, 1).await?,
         probe_timeout: Duration::from_secs(2),
+        database_url: DatabaseUrl::new(database_url),
+        reported: Arc::default(),
     };
     tokio::spawn(async move {
         if let Err(e) = serve(listener, state, async move { stop.cancelled().await }).await {

@@ -50,6 +50,7 @@ pub mod produce;
 pub mod progress;
 pub mod resume;
 pub mod retention;
+pub mod secret;
 pub mod stats;
 pub mod summary;
 pub mod telemetry;

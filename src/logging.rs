@@ -36,22 +36,37 @@ pub fn init(format: LogFormat) {
     }
 }
 
-/// Parses an interval: `10s`, `500ms`, `2m`, or a number of seconds; `0` turns it off.
+/// The longest summary interval: a day.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
+
+/// Parses an interval: `10s`, `500ms`, `2m`, or a number of seconds; `0` turns it off. Longer
+/// than [`MAX_INTERVAL`] is refused.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => s.split_at(i),
         None => (s, "s"),
     };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("expected an interval like 10s, 500ms or 1m, got {s:?}"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("unknown unit {unit:?} in {s:?}: use ms, s or m")),
+    let too_long = || format!("{s:?} is longer than a day (1440m)");
+    let n: u64 = match number.parse() {
+        Ok(n) => n,
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => return Err(too_long()),
+        Err(_) => {
+            return Err(format!(
+                "expected an interval like 10s, 500ms or 1m, got {s:?}"
+            ))
+        }
+    };
+    let interval = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(too_long)?),
+        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use ms, s or m")),
+    };
+    if interval > MAX_INTERVAL {
+        return Err(too_long());
     }
+    Ok(interval)
 }
 
 /// What happened between two snapshots.
@@ -124,20 +139,38 @@ pub async fn summary_loop(stats: Arc<Stats>, every: Duration, stop: Cancellation
     }
 }
 
+/// One summary line: at info level, or at warn level naming the unsafe test-only switches when
+/// any is on, so that no summary of an unsafe run can be mistaken for a safe one.
 fn log_summary(s: &Summary, stats: &Stats) {
     let (lag, partitions) = stats.telemetry.total_lag();
-    tracing::info!(
-        target: "batch_inbox::summary",
-        msgs_per_s = s.msgs_per_s.round() as u64,
-        records = s.records,
-        new = s.new,
-        duplicates = s.duplicates,
-        dup_ratio = (s.dup_ratio * 1000.0).round() / 1000.0,
-        dead_letters = s.dead_letters,
-        lag,
-        lag_partitions = partitions,
-        "summary"
-    );
+    let switches = stats.telemetry.unsafe_switches();
+    macro_rules! summary {
+        ($level:expr, $($unsafe:tt)*) => {
+            tracing::event!(
+                target: "batch_inbox::summary",
+                $level,
+                msgs_per_s = s.msgs_per_s.round() as u64,
+                records = s.records,
+                new = s.new,
+                duplicates = s.duplicates,
+                dup_ratio = (s.dup_ratio * 1000.0).round() / 1000.0,
+                dead_letters = s.dead_letters,
+                lag,
+                lag_partitions = partitions,
+                $($unsafe)*
+            )
+        };
+    }
+    if switches.is_empty() {
+        summary!(tracing::Level::INFO, "summary");
+    } else {
+        let switches = switches.join(" ");
+        summary!(
+            tracing::Level::WARN,
+            unsafe_mode = %switches,
+            "summary; UNSAFE test-only mode ({switches}): the exactly-once guarantee does not hold"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -153,6 +186,23 @@ mod tests {
         assert_eq!(parse_interval("0"), Ok(Duration::ZERO));
         assert!(parse_interval("5h").unwrap_err().contains("unknown unit"));
         assert!(parse_interval("soon").is_err());
+    }
+
+    #[test]
+    fn absurd_intervals_are_refused_not_overflowed() {
+        assert_eq!(parse_interval("1440m"), Ok(MAX_INTERVAL));
+        assert_eq!(parse_interval("86400"), Ok(MAX_INTERVAL));
+        for absurd in [
+            "1441m",
+            "86401s",
+            "86400001ms",
+            "307445734561825861m", // times 60 overflows u64
+            "18446744073709551615m",
+            "99999999999999999999999s", // does not fit u64
+        ] {
+            let err = parse_interval(absurd).unwrap_err();
+            assert!(err.contains("longer than a day"), "{absurd}: {err}");
+        }
     }
 
     #[test]

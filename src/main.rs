@@ -21,7 +21,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> std::process::ExitCode {
     let loaded = match config_file::load(std::env::args_os()) {
         Ok(loaded) => loaded,
-        Err(ConfigError::Cli(e)) => e.exit(),
+        Err(ConfigError::Cli(e)) => config_file::hide_stray_value(e).exit(),
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::from(2);
@@ -38,7 +38,13 @@ async fn main() -> std::process::ExitCode {
             print_settings(&loaded.settings);
             Ok(())
         }
-        Command::Run(args) => run(*args).await,
+        Command::Run(args) => match args.processor().kafka.check(args.offsets_in_db) {
+            Ok(()) => run(*args).await,
+            Err(refused) => {
+                eprintln!("error: {refused}");
+                return std::process::ExitCode::from(2);
+            }
+        },
         Command::Produce(args) => produce(args).await,
         Command::Demo(args) => demo(args).await,
         Command::Verify(args) => verify(args).await,
@@ -58,7 +64,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    let pool = db::connect(&args.db.database_url, 1).await?;
+    let pool = db::connect(args.db.database_url.expose(), 1).await?;
     let applied = db::migrate(&pool).await?;
     println!("migrations applied: {applied:?}");
     if args.partitioned {
@@ -78,7 +84,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
 }
 
 async fn cleanup(args: CleanupCommandArgs) -> anyhow::Result<()> {
-    let pool = db::connect(&args.db.database_url, 1).await?;
+    let pool = db::connect(args.db.database_url.expose(), 1).await?;
     db::check_schema(&pool).await?;
     let settings = args.cleanup.settings(args.retention);
     let stop = tokio_util::sync::CancellationToken::new();
@@ -133,7 +139,7 @@ async fn start_maintenance(
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let pool = db::connect(&args.db.database_url, args.pipeline.pool_size.get()).await?;
+    let pool = db::connect(args.db.database_url.expose(), args.pipeline.pool_size.get()).await?;
     db::check_schema(&pool).await?;
     let statements_before = match args.report {
         Some(_) => measure::statement_count(&pool).await,
@@ -215,14 +221,18 @@ async fn process(
 ) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let stop_ops = stop.clone().drop_guard();
+    let config = args.processor();
+    // Before the listener starts: no scrape of an unsafe run reads 0.
+    let switches = batch_inbox::processor::unsafe_switches(&config.worker);
+    stats.telemetry.set_unsafe_mode(&switches);
     if let Some(addr) = args.ops.metrics_addr {
-        let url = &args.db.database_url;
+        let url = args.db.database_url.expose();
         batch_inbox::exporter::start(addr, url, pool.clone(), stats.clone(), stop.clone()).await?;
     }
     let summary = batch_inbox::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
     let summary = tokio::spawn(summary);
     let result = batch_inbox::processor::run_with_stats(
-        args.processor(),
+        config,
         pool.clone(),
         Arc::new(Ledger),
         stats.clone(),
@@ -335,7 +345,7 @@ impl Progress {
 }
 
 async fn demo(args: DemoArgs) -> anyhow::Result<()> {
-    let pool = db::connect(&args.db.database_url, args.pipeline.pool_size.get()).await?;
+    let pool = db::connect(args.db.database_url.expose(), args.pipeline.pool_size.get()).await?;
     db::migrate(&pool).await?;
     let client = pool.get().await?;
     client
@@ -386,7 +396,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
 
 async fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     let expected = read_expected(&args.expect)?;
-    let pool = db::connect(&args.db.database_url, 1).await?;
+    let pool = db::connect(args.db.database_url.expose(), 1).await?;
     let diffs = verify_against(&pool, &expected).await?;
     if !diffs.is_empty() {
         anyhow::bail!("FAIL: {}", diffs.join("; "));
@@ -402,7 +412,7 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<()> {
 }
 
 async fn copy_ceiling(args: CopyCeilingArgs) -> anyhow::Result<()> {
-    let pool = db::connect(&args.db.database_url, args.streams.max(1)).await?;
+    let pool = db::connect(args.db.database_url.expose(), args.streams.max(1)).await?;
     let (rows, secs) = measure::copy_ceiling(&pool, args.streams).await?;
     let rate = rows as f64 / secs.max(1e-9);
     println!(

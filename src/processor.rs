@@ -99,7 +99,11 @@ pub async fn run_with_stats<H: Handler>(
     stats: Arc<Stats>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
+    config.kafka.check(config.offsets_in_db)?;
     warn_unsafe(&config.worker);
+    stats
+        .telemetry
+        .set_unsafe_mode(&unsafe_switches(&config.worker));
     let inbox = Arc::new(
         Inbox::new(pool.clone(), handler, config.id_header.as_str())
             .with_unsafe_no_inbox(config.worker.unsafe_no_inbox)
@@ -126,6 +130,20 @@ pub async fn run_with_stats<H: Handler>(
         .await;
     member.shutdown().await;
     result
+}
+
+/// The unsafe test-only switches that are on, by flag name.
+pub fn unsafe_switches(settings: &WorkerSettings) -> Vec<&'static str> {
+    [
+        (
+            settings.unsafe_offsets_before_commit,
+            "--unsafe-offsets-before-commit",
+        ),
+        (settings.unsafe_no_inbox, "--unsafe-no-inbox"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect()
 }
 
 /// The unsafe controls exist for fault tests only: say so loudly.

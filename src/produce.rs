@@ -12,6 +12,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
+use crate::error::KafkaClientError;
 use crate::generate::Record;
 
 /// Most records awaiting delivery at once.
@@ -33,11 +34,12 @@ pub async fn ensure_topic(brokers: &str, topic: &str, partitions: i32) -> Result
     Ok(())
 }
 
-/// A producer that keeps per-partition order across retries (idempotent).
+/// A producer that keeps per-partition order across retries (idempotent), with `overrides`
+/// (librdkafka properties) applied last.
 pub fn producer(
     brokers: &str,
     overrides: &[(String, String)],
-) -> Result<FutureProducer, KafkaError> {
+) -> Result<FutureProducer, KafkaClientError> {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", brokers)
         .set("enable.idempotence", "true")
@@ -48,7 +50,7 @@ pub fn producer(
     for (k, v) in overrides {
         c.set(k, v);
     }
-    c.create()
+    c.create().map_err(|e| KafkaClientError::new(e, overrides))
 }
 
 /// Sends every record and waits for each delivery; returns how many were delivered.

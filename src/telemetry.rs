@@ -52,6 +52,8 @@ pub struct Telemetry {
     assigned: Gauge,
     pool_in_use: Gauge,
     pool_max: Gauge,
+    unsafe_mode: Gauge,
+    unsafe_switches: Mutex<Vec<&'static str>>,
 }
 
 /// Seconds, from 0.5 ms to about 65 s.
@@ -100,6 +102,8 @@ impl Default for Telemetry {
             assigned: Gauge::default(),
             pool_in_use: Gauge::default(),
             pool_max: Gauge::default(),
+            unsafe_mode: Gauge::default(),
+            unsafe_switches: Mutex::new(Vec::new()),
         }
     }
 }
@@ -181,6 +185,24 @@ impl Telemetry {
     pub fn set_pool(&self, in_use: usize, max: usize) {
         self.pool_in_use.set(in_use as i64);
         self.pool_max.set(max as i64);
+    }
+
+    /// Records the unsafe test-only switches that are on (`batch_inbox_unsafe_mode` is 1 while
+    /// any is).
+    pub fn set_unsafe_mode(&self, switches: &[&'static str]) {
+        self.unsafe_mode.set(i64::from(!switches.is_empty()));
+        *self
+            .unsafe_switches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = switches.to_vec();
+    }
+
+    /// The unsafe test-only switches that are on, by flag name.
+    pub fn unsafe_switches(&self) -> Vec<&'static str> {
+        self.unsafe_switches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Replaces the consumer lag of every partition with `lags` ((topic, partition) → records
@@ -310,6 +332,12 @@ impl Telemetry {
             "pool_connections_max",
             "Largest number of database connections of the pool",
             self.pool_max.clone(),
+        );
+        r.register(
+            "unsafe_mode",
+            "1 while a test-only unsafe switch is on (--unsafe-offsets-before-commit, \
+             --unsafe-no-inbox): the exactly-once guarantee does not hold",
+            self.unsafe_mode.clone(),
         );
     }
 

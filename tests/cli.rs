@@ -75,5 +75,5 @@ fn help_explains_every_flag_with_its_default() {
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
     }
-    assert!(help.contains("[default: 1000]") && help.contains("[env: DATABASE_URL="));
+    assert!(help.contains("[default: 1000]") && help.contains("[env: DATABASE_URL]"));
 }

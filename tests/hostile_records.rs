@@ -218,7 +218,7 @@ async fn every_hostile_record_is_dead_lettered_once_and_the_ledger_matches_its_m
     let (records, model) = input(seed);
     let broker = Broker::start();
     let (_, pool) = fresh_db("hostile_records").await;
-    let topic = "hostile";
+    let topic = &broker.topic("hostile");
     batch_inbox::produce::ensure_topic(&broker.addr, topic, PARTITIONS)
         .await
         .unwrap();

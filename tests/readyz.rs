@@ -50,7 +50,7 @@ async fn readyz_flips_when_postgres_stops_and_starts() {
     // Before the processor joins the group: the database answers, but no partition is assigned.
     assert_eq!(
         http::get(addr, "/readyz").await,
-        (503, "not ready: no partition assigned\n".to_owned())
+        (503, "not ready: no partition\n".to_owned())
     );
 
     let kafka = Kafka::new("ops-readyz", 2);
@@ -68,10 +68,7 @@ async fn readyz_flips_when_postgres_stops_and_starts() {
 
     pg.stop_immediate();
     let body = readyz_becomes(addr, 503).await;
-    assert!(
-        body.starts_with("not ready: database unreachable: "),
-        "{body}"
-    );
+    assert_eq!(body, "not ready: database\n");
     assert_eq!(http::get(addr, "/healthz").await, (200, "ok\n".to_owned()));
 
     pg.start_server();

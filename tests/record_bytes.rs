@@ -103,9 +103,10 @@ async fn a_nul_byte_in_the_id_or_another_header_is_dead_lettered_and_the_partiti
         no_id_nul_value,
         ledger(uuid(2).as_bytes(), 1, 7),
     ];
-    produce(&broker, "nul-id", &records).await;
+    let topic = broker.topic("nul-id");
+    produce(&broker, &topic, &records).await;
 
-    let stats = drain_topic(&broker, "nul-id", &pool, 4 << 20).await;
+    let stats = drain_topic(&broker, &topic, &pool, 4 << 20).await;
     assert_eq!((stats.records, stats.new, stats.invalid), (4, 2, 2));
     let t = tables(&pool).await;
     assert_eq!(t.balances, vec![(1, 12)]);
@@ -121,7 +122,7 @@ async fn a_nul_byte_in_the_id_or_another_header_is_dead_lettered_and_the_partiti
     assert_eq!(headers, json!([{"key": "trace", "value_hex": "610062"}]));
 
     // The offsets moved past them: the same group has nothing left to read.
-    let again = drain_topic(&broker, "nul-id", &pool, 4 << 20).await;
+    let again = drain_topic(&broker, &topic, &pool, 4 << 20).await;
     assert_eq!(again.records, 0);
 }
 
@@ -146,9 +147,10 @@ async fn a_header_name_that_is_not_utf8_or_holds_a_nul_stops_nothing() {
         cut_name,
         ledger(uuid(3).as_bytes(), 2, 7),
     ];
-    produce(&broker, "binary-header-name", &records).await;
+    let topic = broker.topic("binary-header-name");
+    produce(&broker, &topic, &records).await;
 
-    let stats = drain_topic(&broker, "binary-header-name", &pool, 4 << 20).await;
+    let stats = drain_topic(&broker, &topic, &pool, 4 << 20).await;
     assert_eq!((stats.records, stats.new, stats.invalid), (4, 2, 2));
     assert_eq!(tables(&pool).await.balances, vec![(2, 12)]);
     let (reason, _, _, headers) = dead_letter(&pool, 1).await;
@@ -184,9 +186,10 @@ async fn a_record_larger_than_the_batch_byte_limit_is_applied_alone() {
     let size = |r: &RawRecord| as_raw(r).size_bytes();
     let limit = 3 * size(&records[0]) + size(&records[0]) / 2;
     assert!(size(&records[3]) > limit + 10_000);
-    produce(&broker, "big-record", &records).await;
+    let topic = broker.topic("big-record");
+    produce(&broker, &topic, &records).await;
 
-    let stats = drain_topic(&broker, "big-record", &pool, limit).await;
+    let stats = drain_topic(&broker, &topic, &pool, limit).await;
     assert_eq!((stats.records, stats.new, stats.duplicates), (7, 7, 0));
     assert_eq!(tables(&pool).await.balances, vec![(3, 16)]);
     assert_eq!(

@@ -11,7 +11,7 @@ use crate::generate::{generate, Expected, GeneratorSettings, KeyDistribution, Re
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChaosArgs {
     /// PostgreSQL database for the run: empty, on a server the run may restart.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
     /// Bootstrap servers of any Kafka-protocol broker.
     #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
@@ -77,6 +77,9 @@ pub enum ChaosError {
     /// Kafka client failure.
     #[error("kafka: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    /// A Kafka client could not be created.
+    #[error(transparent)]
+    KafkaClient(#[from] crate::error::KafkaClientError),
     /// Database setup failure.
     #[error("database: {0}")]
     Db(#[from] DbError),

@@ -12,6 +12,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 
 use crate::consumer::KafkaSettings;
+use crate::error::KafkaClientError;
 
 /// How the topic's retention compares with the inbox's.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,16 +53,21 @@ pub fn compare(retention_ms: Option<&str>, inbox: Duration) -> TopicRetention {
 pub async fn check(kafka: &KafkaSettings, inbox: Duration) -> TopicRetention {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &kafka.brokers);
-    for (k, v) in kafka
+    let connection: Vec<(String, String)> = kafka
         .overrides
         .iter()
         .filter(|(k, _)| is_connection_property(k))
-    {
+        .cloned()
+        .collect();
+    for (k, v) in &connection {
         config.set(k, v);
     }
     let admin: AdminClient<DefaultClientContext> = match config.create() {
         Ok(a) => a,
-        Err(e) => return TopicRetention::Unknown(format!("admin client: {e}")),
+        Err(e) => {
+            let e = KafkaClientError::new(e, &connection);
+            return TopicRetention::Unknown(format!("admin client: {e}"));
+        }
     };
     let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(5)));
     let topic = ResourceSpecifier::Topic(&kafka.topic);
