@@ -36,6 +36,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::drain::DrainWatch;
 use crate::error::{KafkaClientError, RunError};
 use crate::failpoint::failpoint;
 use crate::message::RawMessage;
@@ -434,58 +435,6 @@ pub struct GroupMember {
     topic: Arc<str>,
 }
 
-/// The group-wide end-of-topic check of `--exit-on-eof`, run off the async threads (it waits on
-/// broker requests), at most every [`DrainWatch::EVERY`] while this member's partitions are at
-/// their end.
-#[derive(Default)]
-struct DrainWatch {
-    running: Option<JoinHandle<KafkaResult<Vec<crate::drain::PartitionEnd>>>>,
-    last_start: Option<tokio::time::Instant>,
-    last_pending: Option<Vec<String>>,
-}
-
-impl DrainWatch {
-    const EVERY: Duration = Duration::from_millis(250);
-
-    fn start(&mut self, consumer: &Arc<KafkaConsumer>, topic: &Arc<str>) {
-        let now = tokio::time::Instant::now();
-        if self.running.is_some() || self.last_start.is_some_and(|t| now - t < Self::EVERY) {
-            return;
-        }
-        self.last_start = Some(now);
-        let (consumer, topic) = (consumer.clone(), topic.clone());
-        self.running = Some(tokio::task::spawn_blocking(move || {
-            // This member's own drained partitions count at once, not at the next auto-commit.
-            commit_stored(&consumer, CommitMode::Sync);
-            crate::drain::partition_ends(consumer.as_ref(), &topic)
-        }));
-    }
-
-    /// Resolves when a running check ends: true when the whole topic is committed by the group.
-    /// Pending forever while no check runs.
-    async fn outcome(&mut self) -> bool {
-        let Some(running) = self.running.as_mut() else {
-            return std::future::pending().await;
-        };
-        let result = running.await;
-        self.running = None;
-        let pending = match result {
-            Ok(Ok(ends)) => crate::drain::pending(&ends),
-            Ok(Err(e)) => Some(vec![format!("cannot read the group's offsets: {e}")]),
-            Err(e) => Some(vec![format!("the check failed: {e}")]),
-        };
-        if pending.is_some() && pending != self.last_pending {
-            let left = pending.as_deref().unwrap_or_default().join(", ");
-            tracing::info!(
-                "this member's partitions are drained; waiting for the group to commit the rest \
-                 of the topic: {left}"
-            );
-        }
-        self.last_pending = pending;
-        self.last_pending.is_none()
-    }
-}
-
 impl GroupMember {
     /// Creates the consumer; `spawn` starts a worker for each assigned partition.
     pub fn new(
@@ -528,32 +477,33 @@ impl GroupMember {
     }
 
     /// Polls the group (rebalances, errors) until `done` resolves, `finished` answers true
-    /// (checked every 50 ms), a worker fails, or, with `until_drained`, the whole topic is
-    /// committed by the group ([`crate::drain`]).
+    /// (checked every 50 ms), a worker fails, or, with a `drain` watch (`--exit-on-eof`), the
+    /// whole topic is committed by the group.
     pub async fn poll_until(
         &self,
         done: impl Future<Output = ()>,
         failures: &mut mpsc::UnboundedReceiver<RunError>,
         finished: impl Fn(&GroupContext) -> bool,
-        until_drained: bool,
+        mut drain: Option<DrainWatch>,
     ) -> Result<(), RunError> {
         let mut done = pin!(done);
         let mut check = tokio::time::interval(Duration::from_millis(50));
-        let mut drain = DrainWatch::default();
         loop {
             tokio::select! {
                 biased;
                 _ = &mut done => return Ok(()),
                 Some(e) = failures.recv() => return Err(e),
-                drained = drain.outcome() => if drained {
+                drained = DrainWatch::outcome_of(&mut drain) => if drained {
                     return Ok(());
                 },
                 _ = check.tick() => {
                     if finished(self.consumer.context()) {
                         return Ok(());
                     }
-                    if until_drained && self.consumer.context().local_at_eof() {
-                        drain.start(&self.consumer, &self.topic);
+                    if let Some(drain) = drain.as_mut() {
+                        if self.consumer.context().local_at_eof() {
+                            drain.start(&self.consumer, &self.topic);
+                        }
                     }
                 }
                 r = self.consumer.recv() => match r {

@@ -8,13 +8,24 @@
 //! means "every record of the topic is applied", which is what a backfill's operator reads it as.
 //!
 //! The check uses only the standard consumer API (metadata, `OffsetFetch` for the group,
-//! `ListOffsets` for the ends), so it works with any Kafka-protocol broker.
+//! `ListOffsets` for the ends), so it works with any Kafka-protocol broker. With offsets in the
+//! database, a partition's position there counts too ([`StoredPositions`]): it is committed with
+//! the records it follows, so the topic is done even while Kafka's offset commits fail.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::Consumer;
-use rdkafka::error::KafkaResult;
+use futures::future::BoxFuture;
+use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::{Offset, TopicPartitionList};
+use tokio::task::JoinHandle;
+
+/// The group's positions kept outside Kafka (offsets in the database), by partition: the next
+/// offset to read.
+pub type StoredPositions =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<HashMap<i32, i64>, String>> + Send + Sync>;
 
 /// Longest wait for one broker request of the check.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -43,6 +54,15 @@ impl PartitionEnd {
     }
 }
 
+/// Raises each partition's committed offset to its stored position, when that is ahead.
+pub fn merge_stored(ends: &mut [PartitionEnd], stored: &HashMap<i32, i64>) {
+    for end in ends {
+        if let Some(&next) = stored.get(&end.partition) {
+            end.committed = Some(end.committed.map_or(next, |c| c.max(next)));
+        }
+    }
+}
+
 /// The partitions not yet done, as `p<partition>: <committed>/<end>` for a log line; empty when the
 /// whole topic is done. An empty topic description (no partition known) is not done.
 pub fn pending(ends: &[PartitionEnd]) -> Option<Vec<String>> {
@@ -62,7 +82,7 @@ pub fn pending(ends: &[PartitionEnd]) -> Option<Vec<String>> {
 
 /// Reads, for `group` (the consumer's own), the committed offset and the ends of every partition
 /// of `topic`. Blocking: run it off the async threads.
-pub fn partition_ends<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
+pub fn partition_ends<C: Consumer<X>, X: ConsumerContext>(
     consumer: &C,
     topic: &str,
 ) -> KafkaResult<Vec<PartitionEnd>> {
@@ -94,6 +114,96 @@ pub fn partition_ends<C: Consumer<X>, X: rdkafka::consumer::ConsumerContext>(
         });
     }
     Ok(ends)
+}
+
+/// The group-wide end-of-topic check, run at most every [`DrainWatch::EVERY`] while this member's
+/// partitions are at their end; the broker requests run off the async threads.
+pub struct DrainWatch {
+    stored: Option<StoredPositions>,
+    running: Option<JoinHandle<Result<Vec<PartitionEnd>, String>>>,
+    last_start: Option<tokio::time::Instant>,
+    last_pending: Option<Vec<String>>,
+}
+
+impl DrainWatch {
+    const EVERY: Duration = Duration::from_millis(250);
+
+    /// A watch that also counts the positions `stored` reads (offsets in the database).
+    pub fn new(stored: Option<StoredPositions>) -> Self {
+        Self {
+            stored,
+            running: None,
+            last_start: None,
+            last_pending: None,
+        }
+    }
+
+    /// Starts a check of `topic` through `consumer`, unless one runs or ran a moment ago.
+    pub fn start<C, X>(&mut self, consumer: &Arc<C>, topic: &Arc<str>)
+    where
+        C: Consumer<X> + Send + Sync + 'static,
+        X: ConsumerContext + 'static,
+    {
+        let now = tokio::time::Instant::now();
+        if self.running.is_some() || self.last_start.is_some_and(|t| now - t < Self::EVERY) {
+            return;
+        }
+        self.last_start = Some(now);
+        let (consumer, topic, stored) = (consumer.clone(), topic.clone(), self.stored.clone());
+        self.running = Some(tokio::spawn(async move {
+            let kafka = tokio::task::spawn_blocking(move || {
+                // This member's own drained partitions count at once, not at the next
+                // auto-commit. Nothing stored since the last commit is not a failure.
+                match consumer.commit_consumer_state(CommitMode::Sync) {
+                    Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+                    Err(e) => tracing::debug!("offset commit before the drain check: {e}"),
+                }
+                partition_ends(consumer.as_ref(), &topic)
+            });
+            let mut ends = kafka
+                .await
+                .map_err(|e| format!("the check failed: {e}"))?
+                .map_err(|e| format!("cannot read the group's offsets: {e}"))?;
+            if let Some(stored) = stored {
+                let positions = stored()
+                    .await
+                    .map_err(|e| format!("cannot read the group's offsets in the database: {e}"))?;
+                merge_stored(&mut ends, &positions);
+            }
+            Ok(ends)
+        }));
+    }
+
+    /// Resolves when a running check of `watch` ends: true when the whole topic is committed by
+    /// the group. Pending forever while no check runs (or without a watch).
+    pub async fn outcome_of(watch: &mut Option<DrainWatch>) -> bool {
+        match watch {
+            Some(w) => w.outcome().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    async fn outcome(&mut self) -> bool {
+        let Some(running) = self.running.as_mut() else {
+            return std::future::pending().await;
+        };
+        let result = running.await;
+        self.running = None;
+        let pending = match result {
+            Ok(Ok(ends)) => pending(&ends),
+            Ok(Err(e)) => Some(vec![e]),
+            Err(e) => Some(vec![format!("the check failed: {e}")]),
+        };
+        if pending.is_some() && pending != self.last_pending {
+            let left = pending.as_deref().unwrap_or_default().join(", ");
+            tracing::info!(
+                "this member's partitions are drained; waiting for the group to commit the rest \
+                 of the topic: {left}"
+            );
+        }
+        self.last_pending = pending;
+        self.last_pending.is_none()
+    }
 }
 
 #[cfg(test)]
@@ -128,5 +238,21 @@ mod tests {
         let all = [end(0, Some(10), 0, 10), end(1, Some(8), 0, 8)];
         assert_eq!(pending(&all), None);
         assert!(pending(&[]).is_some(), "no metadata is not done");
+    }
+
+    #[test]
+    fn a_position_stored_in_the_database_counts_when_it_is_ahead() {
+        let mut ends = [
+            end(0, Some(4), 0, 10),
+            end(1, None, 0, 8),
+            end(2, Some(9), 0, 9),
+        ];
+        merge_stored(&mut ends, &HashMap::from([(0, 10), (1, 8), (2, 3)]));
+        assert_eq!(
+            ends.map(|e| e.committed),
+            [Some(10), Some(8), Some(9)],
+            "the larger of the two, per partition"
+        );
+        assert_eq!(pending(&ends), None);
     }
 }

@@ -33,6 +33,9 @@ const READ: &str = "\
 SELECT partition, next_offset FROM consumer_offsets
 WHERE group_id = $1 AND topic = $2 AND partition = ANY($3)";
 
+const READ_TOPIC: &str = "\
+SELECT partition, next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2";
+
 /// Where a transaction records its partition's next offset.
 #[derive(Debug, Clone, Copy)]
 pub struct OffsetTarget<'a> {
@@ -68,5 +71,16 @@ pub async fn read(
 ) -> Result<HashMap<i32, i64>, InboxError> {
     let client = pool.get().await?;
     let rows = client.query(READ, &[&group, &topic, &partitions]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The stored next offset of every partition of `topic` for `group`.
+pub async fn read_topic(
+    pool: &Pool,
+    group: &str,
+    topic: &str,
+) -> Result<HashMap<i32, i64>, InboxError> {
+    let client = pool.get().await?;
+    let rows = client.query(READ_TOPIC, &[&group, &topic]).await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }

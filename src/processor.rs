@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::consumer::{
     queue_input, GroupContext, GroupMember, KafkaConsumer, KafkaSettings, Spawner, WorkerHandle,
 };
+use crate::drain::{DrainWatch, StoredPositions};
 use crate::error::RunError;
 use crate::handler::Handler;
 use crate::inbox::Inbox;
@@ -125,8 +126,14 @@ pub async fn run_with_stats<H: Handler>(
         let records = counted.records.load(std::sync::atomic::Ordering::Relaxed);
         limit.is_some_and(|n| records >= n)
     };
+    let drain = config.exit_on_eof.then(|| {
+        let stored = config
+            .offsets_in_db
+            .then(|| stored_positions(pool.clone(), &config.kafka));
+        DrainWatch::new(stored)
+    });
     let result = member
-        .poll_until(shutdown, &mut fail_rx, finished, config.exit_on_eof)
+        .poll_until(shutdown, &mut fail_rx, finished, drain)
         .await;
     member.shutdown().await;
     result
@@ -144,6 +151,22 @@ pub fn unsafe_switches(settings: &WorkerSettings) -> Vec<&'static str> {
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
     .collect()
+}
+
+/// The group's offsets in the database, for the `--exit-on-eof` check.
+fn stored_positions(pool: Pool, kafka: &KafkaSettings) -> StoredPositions {
+    let (group, topic): (Arc<str>, Arc<str>) = (
+        Arc::from(kafka.group.as_str()),
+        Arc::from(kafka.topic.as_str()),
+    );
+    Arc::new(move || {
+        let (pool, group, topic) = (pool.clone(), group.clone(), topic.clone());
+        Box::pin(async move {
+            crate::offset_table::read_topic(&pool, &group, &topic)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    })
 }
 
 /// The unsafe controls exist for fault tests only: say so loudly.
