@@ -5,8 +5,9 @@ use std::{collections::BTreeMap, future::pending, sync::Arc};
 
 use batch_inbox::message::{Decode, Message, RawMessage};
 use batch_inbox::{consumer::KafkaSettings, dead_letter::Reason, error::HandlerError};
-use batch_inbox::{db, generate::Record, produce, Handler, ProcessorConfig};
+use batch_inbox::{db, Handler, ProcessorConfig};
 use batch_inbox::{Rejection, Transaction};
+use rdkafka::{message::OwnedHeaders, producer::FutureProducer, producer::FutureRecord};
 
 /// The payload: `{"path": "/pricing"}`.
 #[derive(Clone, serde::Deserialize)]
@@ -65,20 +66,29 @@ async fn main() -> anyhow::Result<()> {
     let mock = rdkafka::mocking::MockCluster::new(1)?;
     let brokers = std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| mock.bootstrap_servers());
     if brokers == mock.bootstrap_servers() {
-        mock.create_topic(&topic, 2, 1)?;
-    } else {
-        produce::ensure_topic(&brokers, &topic, 2).await?;
+        mock.create_topic(&topic, 2, 1)?; // another broker creates it on first use
     }
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()?;
     let ids: Vec<String> = (0..4).map(|_| uuid::Uuid::new_v4().to_string()).collect();
-    let view = |(i, path): (usize, &str)| Record {
-        key: path.to_owned(),
-        value: Some(format!(r#"{{"path":"{path}"}}"#).into_bytes()),
-        id: Some(ids[i].clone()),
-    };
     // The same view (id 2) delivered twice is counted once; "pricing" is refused.
-    let (which, paths) = ([0, 1, 2, 2, 3], ["/", "/pricing", "/", "/", "pricing"]);
-    let input = which.into_iter().zip(paths).map(view);
-    produce::send_all(&produce::producer(&brokers, &[])?, &topic, input).await?;
+    for (i, path) in [0, 1, 2, 2, 3]
+        .into_iter()
+        .zip(["/", "/pricing", "/", "/", "pricing"])
+    {
+        let value = format!(r#"{{"path":"{path}"}}"#);
+        let id = rdkafka::message::Header {
+            key: "id",
+            value: Some(&ids[i]),
+        };
+        let record = FutureRecord::to(&topic).key(path).payload(&value);
+        let sent = producer.send(
+            record.headers(OwnedHeaders::new().insert(id)),
+            std::time::Duration::from_secs(10),
+        );
+        sent.await.map_err(|(e, _)| e)?;
+    }
     let total = "SELECT coalesce(sum(views), 0)::bigint FROM page_views";
     let before: i64 = db.query_one(total, &[]).await?.get(0);
     let kafka = KafkaSettings::new(brokers, topic, "page-views");

@@ -12,7 +12,7 @@
 # only one it restarts, and a nisshi broker unless --brokers is given. Prints the seed, the faults
 # and PASS/FAIL, writes results/chaos-<timestamp>.json (results/chaos-control-… for --unsafe).
 # Exit status: 0 PASS, 1 an invariant was violated, 2 the run itself failed. Other flags go to
-# `batch-inbox chaos` (see `batch-inbox chaos --help`). KEEP=1 keeps the logs and the server.
+# `batch-inbox-bench chaos` (see `batch-inbox-bench chaos --help`). KEEP=1 keeps the logs and the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
 done
 
 log() { echo "[chaos.sh $(date +%T)] $*" >&2; }
-bin=./target/release/batch-inbox
+bin=./target/release/batch-inbox-bench
 work=$(mktemp -d /tmp/chaos.XXXXXX)
 chmod 755 "$work"
 pg="$work/pg"
@@ -62,12 +62,12 @@ trap 'status=2; exit 130' INT
 trap 'status=2; exit 143' TERM
 
 log "building release"
-cargo build --release --quiet
+cargo build --release --quiet --workspace --bins
 
 control=()
 if [ "$unsafe" = 1 ]; then
   for flag in "${UNSAFE_FLAGS[@]}"; do
-    if ! $bin run "$flag" --help >/dev/null 2>&1; then
+    if ! ./target/release/batch-inbox run "$flag" --help >/dev/null 2>&1; then
       log "this build has no $flag: the control run cannot be made"
       exit 2
     fi

@@ -34,7 +34,7 @@ PARTITIONS=${PARTITIONS:-8}; DUPLICATE_RATIO=${DUPLICATE_RATIO:-0.1}; BAD_RATIO=
 DEBIT_RATIO=${DEBIT_RATIO:-0.3}; ID_VERSION=${ID_VERSION:-7}; LINGER_MS=${LINGER_MS:-20}
 POOL_SIZE=${POOL_SIZE:-$PARTITIONS}
 
-bin=./target/release/batch-inbox
+bin=./target/release/batch-inbox bench=./target/release/batch-inbox-bench
 work=$(mktemp -d)
 runs="$OUT/loadtest/runs"
 cpu="$OUT/loadtest/cpu"
@@ -102,8 +102,11 @@ run_drain() {
   DATABASE_URL=$(db_url "$db") $bin migrate >/dev/null
   log "run $label"
   cpu_mark "$label" start
-  DATABASE_URL=$(db_url "$db") RUST_LOG=warn $bin run --topic "$topic" --group "$label-$stamp" \
-    --exit-on-eof --label "$label" --report "$runs/$label.json" --pool-size "$POOL_SIZE" \
+  local expect=()
+  if [ "${1:-}" = --expect ]; then expect=(--expect "$2"); shift 2; fi
+  DATABASE_URL=$(db_url "$db") RUST_LOG=warn $bench drain --label "$label" \
+    --report "$runs/$label.json" "${expect[@]}" -- $bin run --topic "$topic" \
+    --group "$label-$stamp" --exit-on-eof --pool-size "$POOL_SIZE" \
     --batch-linger-ms "$LINGER_MS" "$@" | tee -a "$work/runs.log"
   cpu_mark "$label" stop
 }
@@ -156,25 +159,26 @@ latency_run() {
   local db="bi_lt_${label//-/_}"
   fresh_database "$db"
   DATABASE_URL=$(db_url "$db") $bin migrate >/dev/null
-  $bin produce --topic "$topic" --partitions "$PARTITIONS" --messages 0 >/dev/null
+  $bench produce --topic "$topic" --partitions "$PARTITIONS" --messages 0 >/dev/null
   log "run $label: $n messages at $rate/s"
-  DATABASE_URL=$(db_url "$db") RUST_LOG=info $bin run --topic "$topic" --group "$label-$stamp" \
-    --exit-after-records "$n" --label "$label" --report "$runs/$label.json" --input-rate "$rate" \
-    --batch-size "$size" --batch-linger-ms "$LINGER_MS" --pool-size "$POOL_SIZE" \
-    --expect "$work/$label.expected.json" >>"$work/runs.log" 2>"$work/$label.err" &
+  DATABASE_URL=$(db_url "$db") RUST_LOG=info $bench drain --label "$label" \
+    --report "$runs/$label.json" --input-rate "$rate" --stop-after "$n" \
+    --expect "$work/$label.expected.json" -- $bin run --topic "$topic" \
+    --group "$label-$stamp" --batch-size "$size" --batch-linger-ms "$LINGER_MS" \
+    --pool-size "$POOL_SIZE" >>"$work/runs.log" 2>"$work/$label.err" &
   local run_pid=$!
   for _ in $(seq 1 300); do
     [ "$(grep -c 'partition assigned' "$work/$label.err" || true)" -ge "$PARTITIONS" ] && break
     sleep 0.1
   done
-  $bin produce --topic "$topic" --messages "$n" --accounts "$ACCOUNTS" --rate "$rate" \
+  $bench produce --topic "$topic" --messages "$n" --accounts "$ACCOUNTS" --rate "$rate" \
     --duplicate-ratio "$DUPLICATE_RATIO" --bad-ratio "$BAD_RATIO" --debit-ratio "$DEBIT_RATIO" \
     --id-version "$ID_VERSION" --seed 2 --expect "$work/$label.expected.json" >/dev/null
   wait "$run_pid" || { cat "$work/$label.err" >&2; return 1; }
 }
 
 log "building release"
-cargo build --release --quiet
+cargo build --release --quiet --workspace --bins
 ensure_postgres
 enable_pg_stat_statements
 start_broker
@@ -182,23 +186,32 @@ machine_json
 
 topic="loadtest-$stamp"
 log "producing $MESSAGES messages to $topic ($PARTITIONS partitions)"
-$bin produce --topic "$topic" --partitions "$PARTITIONS" --messages "$MESSAGES" \
+$bench produce --topic "$topic" --partitions "$PARTITIONS" --messages "$MESSAGES" \
   --accounts "$ACCOUNTS" --duplicate-ratio "$DUPLICATE_RATIO" --bad-ratio "$BAD_RATIO" \
   --debit-ratio "$DEBIT_RATIO" --id-version "$ID_VERSION" --expect "$work/expected.json"
 expect="$work/expected.json"
 
-run_drain per-message "$topic" --mode per-message --expect "$expect"
+run_drain per-message "$topic" --expect "$expect" --mode per-message
 largest=0
 for size in $BATCH_SIZES; do
-  run_drain "batched-b$size" "$topic" --batch-size "$size" --expect "$expect"
+  run_drain "batched-b$size" "$topic" --expect "$expect" --batch-size "$size"
   [ "$size" -gt "$largest" ] && largest=$size
 done
-run_drain consume-only "$topic" --mode consume-only --batch-size 1000
+# The broker-and-client ceiling: the same pipeline without any database work.
+db="bi_lt_consume_only"
+fresh_database "$db"
+log "run consume-only"
+cpu_mark consume-only start
+DATABASE_URL=$(db_url "$db") RUST_LOG=warn $bench drain --label consume-only \
+  --report "$runs/consume-only.json" -- $bench consume-only --topic "$topic" \
+  --group "consume-only-$stamp" --batch-size 1000 --pool-size "$POOL_SIZE" \
+  --batch-linger-ms "$LINGER_MS" | tee -a "$work/runs.log"
+cpu_mark consume-only stop
 log "COPY ceiling with the ids of batched-b$largest"
-$bin copy-ceiling --database-url "$(db_url "bi_lt_batched_b$largest")" --streams "$PARTITIONS" \
+$bench copy-ceiling --database-url "$(db_url "bi_lt_batched_b$largest")" --streams "$PARTITIONS" \
   --report "$runs/copy-ceiling.json"
 if [ "$quick" = 0 ]; then
-  run_drain backlog-1m "$topic" --batch-size 1000 --expect "$expect"
+  run_drain backlog-1m "$topic" --expect "$expect" --batch-size 1000
 fi
 
 best=$(best_batched_rate)
@@ -207,5 +220,5 @@ for run in $LATENCY_RUNS; do
   latency_run "$size" $(( best * percent / 100 )) "$percent"
 done
 
-$bin summary --input "$OUT/loadtest" --output "$OUT"
+$bench summary --input "$OUT/loadtest" --output "$OUT"
 log "done: $OUT/summary.md"

@@ -10,7 +10,6 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::batcher::BatcherSettings;
 use crate::consumer::KafkaSettings;
-use crate::generate::{GeneratorSettings, KeyDistribution};
 use crate::inbox::Mode;
 use crate::logging::LogFormat;
 use crate::processor::ProcessorConfig;
@@ -49,54 +48,6 @@ pub enum Command {
     Cleanup(CleanupCommandArgs),
     /// Consume a topic and apply it to the database.
     Run(Box<RunArgs>),
-    /// Write generated ledger records (with duplicates, bad input, overdrafts) to a topic.
-    Produce(ProduceArgs),
-    /// Run the whole pipeline against an in-process Kafka mock cluster and print what it did.
-    Demo(DemoArgs),
-    /// Compare the database with the expected outcome written by `produce --expect`.
-    Verify(VerifyArgs),
-    /// Write `summary.md` and SVG plots from a load test's run reports.
-    Summary(SummaryArgs),
-    /// The database ceiling: binary COPY of an inbox's ids into an empty inbox-shaped table.
-    CopyCeiling(CopyCeilingArgs),
-    /// Fault injection under load (processes, database restarts, rebalances), then invariants.
-    Chaos(crate::chaos::ChaosArgs),
-}
-
-/// `summary` flags.
-#[derive(Debug, Clone, Args)]
-pub struct SummaryArgs {
-    /// Directory with `machine.json` and `runs/*.json`.
-    #[arg(long)]
-    pub input: std::path::PathBuf,
-    /// Directory to write `summary.md`, `throughput.svg` and `latency.svg` to.
-    #[arg(long)]
-    pub output: std::path::PathBuf,
-}
-
-/// `copy-ceiling` flags.
-#[derive(Debug, Clone, Args)]
-pub struct CopyCeilingArgs {
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub db: DbArgs,
-    /// Parallel COPY streams (one per partition of the source inbox, like the processor).
-    #[arg(long, default_value_t = 8)]
-    pub streams: usize,
-    /// Write the measurement as a run report (JSON) to this file.
-    #[arg(long)]
-    pub report: Option<std::path::PathBuf>,
-}
-
-/// `verify` flags.
-#[derive(Debug, Clone, Args)]
-pub struct VerifyArgs {
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub db: DbArgs,
-    /// The JSON file written by `produce --expect`.
-    #[arg(long)]
-    pub expect: std::path::PathBuf,
 }
 
 /// Database connection.
@@ -190,26 +141,6 @@ pub struct RunArgs {
     /// (this member's and the others': a backfill is done only when the whole topic is).
     #[arg(long, env = "BATCH_INBOX_EXIT_ON_EOF")]
     pub exit_on_eof: bool,
-    /// Exit 0 once this many records are committed (fixed-rate load tests).
-    #[arg(long, value_name = "N")]
-    pub exit_after_records: Option<u64>,
-    /// Write the run's measurements (throughput, latency percentiles, peak memory) as JSON.
-    #[arg(long, value_name = "FILE")]
-    pub report: Option<std::path::PathBuf>,
-    /// Also rewrite the report every this many milliseconds while running, so a process that
-    /// is killed leaves its counters behind.
-    #[arg(long, value_name = "MS", requires = "report")]
-    pub report_every_ms: Option<u64>,
-    /// Name of this run in the report.
-    #[arg(long, default_value = "run")]
-    pub label: String,
-    /// Producer rate of the input, recorded in the report (fixed-rate latency runs).
-    #[arg(long, value_name = "RATE")]
-    pub input_rate: Option<f64>,
-    /// After the run, compare the database with this expected outcome (from `produce
-    /// --expect`); exit 1 when they differ.
-    #[arg(long, value_name = "FILE")]
-    pub expect: Option<std::path::PathBuf>,
     /// Remove inbox rows older than this in the background (`7d`, `36h`; off by default), and
     /// dead-letter UUIDv7 ids older than it (`outside_dedup_window`).
     #[arg(long, env = "BATCH_INBOX_RETENTION", value_parser = parse_retention)]
@@ -258,76 +189,22 @@ pub struct OpsArgs {
         value_parser = crate::logging::parse_interval
     )]
     pub log_interval: Duration,
+    /// Write the run's counters, throughput, latency percentiles and peak memory as JSON to this
+    /// file, every --stats-interval and at exit (replaced atomically; schema in
+    /// docs/OPERATIONS.md).
+    #[arg(long, env = "BATCH_INBOX_STATS_FILE", value_name = "FILE")]
+    pub stats_file: Option<std::path::PathBuf>,
+    /// How often --stats-file is rewritten: 1s, 250ms.
+    #[arg(
+        long,
+        env = "BATCH_INBOX_STATS_INTERVAL",
+        default_value = "1s",
+        value_parser = crate::logging::parse_interval
+    )]
+    pub stats_interval: Duration,
     /// Print every setting with its value and source (flag, env, file, default), then exit.
     #[arg(long)]
     pub print_config: bool,
-}
-
-/// Input shape of `produce` and `demo`.
-#[derive(Debug, Clone, Args)]
-pub struct GeneratorArgs {
-    /// Records to write, duplicates and bad input included.
-    #[arg(long, default_value_t = 100_000)]
-    pub messages: u64,
-    /// Number of accounts.
-    #[arg(long, default_value_t = 1_000)]
-    pub accounts: u64,
-    /// Share of records that re-send an earlier id.
-    #[arg(long, default_value_t = 0.1, value_parser = parse_ratio)]
-    pub duplicate_ratio: f64,
-    /// Share of records that are bad input (every kind in turn).
-    #[arg(long, default_value_t = 0.01, value_parser = parse_ratio)]
-    pub bad_ratio: f64,
-    /// Share of new records that are debits.
-    #[arg(long, default_value_t = 0.3, value_parser = parse_ratio)]
-    pub debit_ratio: f64,
-    /// UUID version of the ids: 4 (random) or 7 (time-ordered).
-    #[arg(long, default_value_t = 7, value_parser = parse_id_version)]
-    pub id_version: u8,
-    /// Seed, for a reproducible input.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// How records spread over accounts (keys).
-    #[arg(long, value_enum, default_value_t = KeyDistribution::Uniform)]
-    pub keys: KeyDistribution,
-}
-
-/// `produce` flags.
-#[derive(Debug, Clone, Args)]
-pub struct ProduceArgs {
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub kafka: KafkaArgs,
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub generator: GeneratorArgs,
-    /// Partitions of the topic when it has to be created.
-    #[arg(long, default_value_t = 8)]
-    pub partitions: i32,
-    /// Write the expected outcome (counts, balances) as JSON to this file.
-    #[arg(long)]
-    pub expect: Option<std::path::PathBuf>,
-    /// Records per second, at a constant rate (each record's timestamp is its intended send
-    /// time); unlimited when absent.
-    #[arg(long)]
-    pub rate: Option<f64>,
-}
-
-/// `demo` flags.
-#[derive(Debug, Clone, Args)]
-pub struct DemoArgs {
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub db: DbArgs,
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub generator: GeneratorArgs,
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub pipeline: PipelineArgs,
-    /// Partitions of the demo topic.
-    #[arg(long, default_value_t = 8)]
-    pub partitions: i32,
 }
 
 /// Longest batch linger: far beyond any useful one, and far from overflowing a deadline.
@@ -366,21 +243,6 @@ impl clap::builder::TypedValueParser for PropertyParser {
     }
 }
 
-fn parse_id_version(s: &str) -> Result<u8, String> {
-    match s {
-        "4" => Ok(4),
-        "7" => Ok(7),
-        _ => Err(format!("expected 4 or 7, got {s:?}")),
-    }
-}
-
-fn parse_ratio(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
-        _ => Err(format!("expected a number from 0 to 1, got {s:?}")),
-    }
-}
-
 impl PipelineArgs {
     /// Worker settings from the flags.
     pub fn worker(&self) -> WorkerSettings {
@@ -404,7 +266,6 @@ impl PipelineArgs {
             worker: self.worker(),
             id_header: self.id_header.clone(),
             exit_on_eof,
-            exit_after_records: None,
             revoke_timeout: Duration::from_secs(30),
             offsets_in_db: true,
             dedup_window: None,
@@ -423,28 +284,11 @@ impl RunArgs {
             overrides: self.kafka.properties.clone(),
         };
         let mut config = self.pipeline.processor(kafka, self.exit_on_eof);
-        config.exit_after_records = self.exit_after_records;
         config.worker.unsafe_offsets_before_commit = self.unsafe_offsets_before_commit;
         config.worker.unsafe_no_inbox = self.unsafe_no_inbox;
         config.offsets_in_db = self.offsets_in_db;
         config.dedup_window = self.dedup_window.or(self.retention);
         config
-    }
-}
-
-impl GeneratorArgs {
-    /// Generator settings from the flags.
-    pub fn settings(&self) -> GeneratorSettings {
-        GeneratorSettings {
-            messages: self.messages,
-            accounts: self.accounts,
-            duplicate_ratio: self.duplicate_ratio,
-            bad_ratio: self.bad_ratio,
-            debit_ratio: self.debit_ratio,
-            id_version: self.id_version,
-            seed: self.seed,
-            keys: self.keys,
-        }
     }
 }
 
@@ -462,7 +306,9 @@ mod tests {
             (vec!["run", "--batch-size", "0"], "--batch-size"),
             (vec!["run", "--mode", "sometimes"], "--mode"),
             (vec!["run", "-X", "novalue"], "KEY=VALUE"),
-            (vec!["produce", "--duplicate-ratio", "1.5"], "from 0 to 1"),
+            // Consume-only stores offsets without applying: not a value of the command line.
+            (vec!["run", "--mode", "consume-only"], "--mode"),
+            (vec!["produce"], "unrecognized subcommand"),
             (vec!["run", "--retention", "7"], "unit"),
             (vec!["cleanup", "--retention", "0d"], "zero"),
             (vec!["cleanup"], "--retention"),

@@ -476,14 +476,13 @@ impl GroupMember {
         KafkaOffsets(consumer)
     }
 
-    /// Polls the group (rebalances, errors) until `done` resolves, `finished` answers true
-    /// (checked every 50 ms), a worker fails, or, with a `drain` watch (`--exit-on-eof`), the
-    /// whole topic is committed by the group.
+    /// Polls the group (rebalances, errors) until `done` resolves, a worker fails, or, with a
+    /// `drain` watch (`--exit-on-eof`, checked every 50 ms while this member's partitions are at
+    /// their end), the whole topic is committed by the group.
     pub async fn poll_until(
         &self,
         done: impl Future<Output = ()>,
         failures: &mut mpsc::UnboundedReceiver<RunError>,
-        finished: impl Fn(&GroupContext) -> bool,
         mut drain: Option<DrainWatch>,
     ) -> Result<(), RunError> {
         let mut done = pin!(done);
@@ -497,9 +496,6 @@ impl GroupMember {
                     return Ok(());
                 },
                 _ = check.tick() => {
-                    if finished(self.consumer.context()) {
-                        return Ok(());
-                    }
                     if let Some(drain) = drain.as_mut() {
                         if self.consumer.context().local_at_eof() {
                             drain.start(&self.consumer, &self.topic);

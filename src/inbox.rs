@@ -45,8 +45,9 @@ pub enum Mode {
     /// One transaction per message: the textbook inbox, kept as the baseline.
     PerMessage,
     /// No database at all: consume, batch and store offsets. Measures the broker and client
-    /// ceiling; applies nothing.
-    #[value(hide = true)]
+    /// ceiling and applies nothing, so it is not a value of the command line (the load test's
+    /// tools use it through the library).
+    #[value(skip)]
     ConsumeOnly,
 }
 

@@ -23,38 +23,31 @@
 //! by UUIDv7 time dropped whole) and guards the dedup window it leaves.
 
 pub mod batcher;
-pub mod chaos;
 pub mod config;
 pub mod config_file;
 pub mod consumer;
 pub mod db;
 pub mod db_tls;
 pub mod dead_letter;
-pub mod demo;
 pub mod drain;
 pub mod error;
 pub mod exporter;
 pub mod failpoint;
-pub mod generate;
 pub mod handler;
 pub mod inbox;
 pub mod ledger;
 pub mod logging;
-pub mod measure;
 pub mod message;
 pub mod metrics;
 pub mod offset_table;
 pub mod offsets;
 pub mod processor;
-pub mod produce;
-pub mod progress;
 pub mod resume;
 pub mod retention;
 pub mod secret;
 pub mod stats;
-pub mod summary;
+pub mod stats_file;
 pub mod telemetry;
-pub mod verify;
 pub mod worker;
 
 /// The transaction a handler works in.

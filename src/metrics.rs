@@ -1,5 +1,6 @@
-//! Measurements of a run: end-to-end latency, per-stage latency, batch sizes, throughput window,
-//! peak memory. Recorded once per committed transaction, reported as [`RunReport`].
+//! Measurements of a run for `run --stats-file`: end-to-end latency, per-stage latency, batch
+//! sizes, throughput window, peak memory. Recorded once per committed transaction, reported as
+//! [`StatsReport`], the file's stable format.
 //!
 //! End-to-end latency is measured from a record's Kafka timestamp (its intended send time, set by
 //! the producer) to the COMMIT of its transaction, so a slow consumer cannot hide its queueing
@@ -141,16 +142,14 @@ impl Metrics {
         Some(m.last_commit?.saturating_duration_since(m.first_record?))
     }
 
-    /// Summarizes everything recorded.
-    pub fn report(&self, label: &str, stats: StatsSnapshot) -> RunReport {
+    /// Summarizes everything recorded, with the counters `stats` and the run's `settings`.
+    pub fn report(&self, settings: RunSettings, stats: StatsSnapshot) -> StatsReport {
         let window = self.window().unwrap_or_default();
         let m = self.lock();
         let secs = window.as_secs_f64();
-        RunReport {
-            label: label.to_owned(),
-            settings: RunSettings::default(),
-            verified: None,
-            statements_per_msg: None,
+        StatsReport {
+            format: StatsReport::FORMAT,
+            settings,
             stats,
             window_s: secs,
             msgs_per_sec: if secs > 0.0 {
@@ -211,7 +210,7 @@ impl Percentiles {
 /// The settings a run was made with.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunSettings {
-    /// `batched`, `per-message`, `consume-only`, or `copy` (the COPY ceiling).
+    /// `batched`, `per-message` or `consume-only`.
     pub mode: String,
     /// Most records per batch.
     pub batch_size: u64,
@@ -219,25 +218,18 @@ pub struct RunSettings {
     pub linger_ms: u64,
     /// Database connections.
     pub pool_size: u64,
-    /// Producer rate for fixed-rate runs; `None` for a backlog drain.
-    pub rate: Option<f64>,
 }
 
-/// What a run measured: written by `run --report`.
+/// What a run measured: the format of `run --stats-file` (documented in docs/OPERATIONS.md;
+/// fields are only ever added).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RunReport {
-    /// Name of the configuration.
-    pub label: String,
-    /// Its settings.
+pub struct StatsReport {
+    /// The format's version, [`StatsReport::FORMAT`].
+    #[serde(default)]
+    pub format: u32,
+    /// The run's settings.
     #[serde(default)]
     pub settings: RunSettings,
-    /// Whether the database matched the generator's model afterwards (`None`: not checked).
-    #[serde(default)]
-    pub verified: Option<bool>,
-    /// Statements executed per record, from pg_stat_statements (`None`: not available). Each
-    /// statement is one round trip.
-    #[serde(default)]
-    pub statements_per_msg: Option<f64>,
     /// Counters.
     pub stats: StatsSnapshot,
     /// Seconds from the first record received to the last commit.
@@ -255,6 +247,11 @@ pub struct RunReport {
     /// CPU time of the process (user + system), in seconds.
     #[serde(default)]
     pub cpu_s: f64,
+}
+
+impl StatsReport {
+    /// The current format version.
+    pub const FORMAT: u32 = 1;
 }
 
 /// Peak resident set size of this process (VmHWM), in MiB; 0 where /proc is unavailable.
@@ -309,7 +306,7 @@ mod tests {
             },
             commit,
         );
-        let r = m.report("t", StatsSnapshot::default());
+        let r = m.report(RunSettings::default(), StatsSnapshot::default());
         assert_eq!(r.e2e_latency_ms.count, 2);
         assert!(
             (r.e2e_latency_ms.p50 - 100.0).abs() < 0.5,
@@ -342,7 +339,7 @@ mod tests {
             },
             UNIX_EPOCH + Duration::from_secs(1),
         );
-        let r = m.report("t", StatsSnapshot::default());
+        let r = m.report(RunSettings::default(), StatsSnapshot::default());
         assert_eq!(r.e2e_latency_ms.count, 3);
         // Timestamps in the future count as the smallest latency (1 µs); one at i64::MIN as the
         // largest the histogram holds (one hour).

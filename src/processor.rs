@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::{
-    queue_input, GroupContext, GroupMember, KafkaConsumer, KafkaSettings, Spawner, WorkerHandle,
+    queue_input, GroupMember, KafkaConsumer, KafkaSettings, Spawner, WorkerHandle,
 };
 use crate::drain::{DrainWatch, StoredPositions};
 use crate::error::RunError;
@@ -34,8 +34,6 @@ pub struct ProcessorConfig {
     /// Return once every partition of the topic is committed to its end by the group (this
     /// member's and the others'; see [`crate::drain`]).
     pub exit_on_eof: bool,
-    /// Return once this many records are committed (for fixed-rate measurements).
-    pub exit_after_records: Option<u64>,
     /// How long a revoke waits for a partition's in-flight batch.
     pub revoke_timeout: Duration,
     /// The dedup-window guard: UUIDv7 ids older than this are dead-lettered, not applied.
@@ -64,7 +62,6 @@ impl ProcessorConfig {
             },
             id_header: "id".to_owned(),
             exit_on_eof: false,
-            exit_after_records: None,
             revoke_timeout: Duration::from_secs(30),
             offsets_in_db: true,
             dedup_window: None,
@@ -120,21 +117,13 @@ pub async fn run_with_stats<H: Handler>(
     let member = GroupMember::new(&config.kafka, config.revoke_timeout, spawn, on_assign)?;
     let observed = stats.clone();
     member.on_statistics(Box::new(move |s| observed.telemetry.record_statistics(s)));
-    let limit = config.exit_after_records;
-    let counted = stats.clone();
-    let finished = move |_: &GroupContext| {
-        let records = counted.records.load(std::sync::atomic::Ordering::Relaxed);
-        limit.is_some_and(|n| records >= n)
-    };
     let drain = config.exit_on_eof.then(|| {
         let stored = config
             .offsets_in_db
             .then(|| stored_positions(pool.clone(), &config.kafka));
         DrainWatch::new(stored)
     });
-    let result = member
-        .poll_until(shutdown, &mut fail_rx, finished, drain)
-        .await;
+    let result = member.poll_until(shutdown, &mut fail_rx, drain).await;
     member.shutdown().await;
     result
 }

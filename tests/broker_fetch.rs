@@ -96,7 +96,7 @@ async fn the_mock_cluster_fetches_from_inside_a_batch() {
 async fn the_broker_fetches_from_inside_a_batch() {
     let broker = broker::Broker::start();
     let topic = broker.topic("fetch-mid-batch");
-    batch_inbox::produce::ensure_topic(&broker.addr, &topic, 1)
+    batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 1)
         .await
         .unwrap();
     check_fetch_inside_a_batch(&broker.addr, &topic).await;

@@ -13,7 +13,7 @@ batch-linger-ms = 7
 pool-size = 3
 topic = "from-file"
 exit-on-eof = true
-messages = 12   # a flag of `produce`: ignored by `run`
+partitioned = true   # a flag of `migrate`: ignored by `run`
 
 [librdkafka]
 "fetch.min.bytes" = 1

@@ -12,8 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use batch_inbox::generate::{generate, Expected, GeneratorSettings};
-use batch_inbox::verify::{differences, observe};
+use batch_inbox_tools::generate::{generate, Expected, GeneratorSettings};
+use batch_inbox_tools::verify::{differences, observe};
 use common::*;
 use deadpool_postgres::Pool;
 
@@ -22,7 +22,7 @@ async fn differences_now(pool: &Pool, expected: &Expected) -> Vec<String> {
     differences(&observed, expected)
 }
 
-fn input(messages: u64) -> (Vec<batch_inbox::generate::Record>, Expected) {
+fn input(messages: u64) -> (Vec<batch_inbox_tools::generate::Record>, Expected) {
     generate(GeneratorSettings {
         messages,
         accounts: 40,

@@ -14,9 +14,9 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use batch_inbox::generate::{generate, Expected, GeneratorSettings, Record};
 use batch_inbox::stats::StatsSnapshot;
-use batch_inbox::verify::{differences, observe};
+use batch_inbox_tools::generate::{generate, Expected, GeneratorSettings, Record};
+use batch_inbox_tools::verify::{differences, observe};
 use common::*;
 use deadpool_postgres::Pool;
 
@@ -42,7 +42,7 @@ fn run_binary(url: &str, kafka: &Kafka, failpoints: &str, extra: &[&str]) -> Exi
             "heartbeat.interval.ms=500",
         ])
         .args(["-X", "max.poll.interval.ms=7000"])
-        .args(["--report", report.to_str().unwrap()])
+        .args(["--stats-file", report.to_str().unwrap()])
         .args(extra)
         .env("FAILPOINTS", failpoints)
         .env("RUST_LOG", "info,rdkafka=warn")

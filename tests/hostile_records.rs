@@ -16,9 +16,9 @@ mod raw_producer;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use batch_inbox::consumer::KafkaSettings;
-use batch_inbox::generate::{Generator, GeneratorSettings, Model, Record};
 use batch_inbox::ledger::Entry;
 use batch_inbox::Mode;
+use batch_inbox_tools::generate::{Generator, GeneratorSettings, Model, Record};
 use broker::Broker;
 use common::*;
 use rand::rngs::StdRng;
@@ -219,7 +219,7 @@ async fn every_hostile_record_is_dead_lettered_once_and_the_ledger_matches_its_m
     let broker = Broker::start();
     let (_, pool) = fresh_db("hostile_records").await;
     let topic = &broker.topic("hostile");
-    batch_inbox::produce::ensure_topic(&broker.addr, topic, PARTITIONS)
+    batch_inbox_tools::produce::ensure_topic(&broker.addr, topic, PARTITIONS)
         .await
         .unwrap();
     // Each record's position: its partition and the count of records sent there before it.

@@ -216,7 +216,7 @@ async fn the_binary_logs_json_lines_whose_summaries_add_up_to_the_run() {
         .collect();
     let (summaries, others): (Vec<_>, Vec<_>) = lines
         .iter()
-        .partition(|l| l["target"] == "batch_inbox::summary");
+        .partition(|l| l["target"] == "batch_inbox_tools::summary");
     let total = |field: &str| -> u64 { summaries.iter().map(|l| l[field].as_u64().unwrap()).sum() };
     assert_eq!(
         [

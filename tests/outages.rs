@@ -13,9 +13,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use batch_inbox::db;
-use batch_inbox::generate::{generate, Expected, GeneratorSettings, Record};
-use batch_inbox::verify::{differences, observe};
 use batch_inbox::Mode;
+use batch_inbox_tools::generate::{generate, Expected, GeneratorSettings, Record};
+use batch_inbox_tools::verify::{differences, observe};
 use common::*;
 use deadpool_postgres::Pool;
 use group::*;

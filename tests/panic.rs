@@ -6,10 +6,10 @@ mod common;
 use std::sync::Arc;
 
 use batch_inbox::error::{HandlerError, RunError};
-use batch_inbox::generate::{generate, GeneratorSettings};
 use batch_inbox::ledger::Entry;
 use batch_inbox::message::Message;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
+use batch_inbox_tools::generate::{generate, GeneratorSettings};
 use common::*;
 
 struct Panics;

@@ -3,9 +3,9 @@
 
 mod common;
 
-use batch_inbox::generate::{generate, GeneratorSettings};
-use batch_inbox::verify::{differences, observe};
 use batch_inbox::Mode;
+use batch_inbox_tools::generate::{generate, GeneratorSettings};
+use batch_inbox_tools::verify::{differences, observe};
 use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

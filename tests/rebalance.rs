@@ -8,11 +8,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use batch_inbox::generate::{Generator, GeneratorSettings, Model};
 use batch_inbox::ledger::Ledger;
 use batch_inbox::stats::Stats;
-use batch_inbox::verify::{differences, observe};
 use batch_inbox::Mode;
+use batch_inbox_tools::generate::{Generator, GeneratorSettings, Model};
+use batch_inbox_tools::verify::{differences, observe};
 use common::*;
 use deadpool_postgres::Pool;
 use tokio::sync::oneshot;
@@ -71,7 +71,7 @@ struct Feed {
 }
 
 impl Feed {
-    fn next(&mut self, n: usize) -> Vec<batch_inbox::generate::Record> {
+    fn next(&mut self, n: usize) -> Vec<batch_inbox_tools::generate::Record> {
         let model = &mut self.model;
         self.input
             .by_ref()

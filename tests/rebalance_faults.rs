@@ -11,11 +11,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use batch_inbox::error::HandlerError;
-use batch_inbox::generate::{Generator, GeneratorSettings, Model, Record};
 use batch_inbox::ledger::{Entry, Ledger};
 use batch_inbox::message::Message;
-use batch_inbox::verify::{differences, observe};
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
+use batch_inbox_tools::generate::{Generator, GeneratorSettings, Model, Record};
+use batch_inbox_tools::verify::{differences, observe};
 use common::*;
 use group::*;
 

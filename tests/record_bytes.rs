@@ -54,7 +54,7 @@ fn as_raw(r: &RawRecord) -> RawMessage {
 }
 
 async fn produce(broker: &Broker, topic: &str, records: &[RawRecord]) {
-    batch_inbox::produce::ensure_topic(&broker.addr, topic, 1)
+    batch_inbox_tools::produce::ensure_topic(&broker.addr, topic, 1)
         .await
         .unwrap();
     let mut producer = RawProducer::new(&broker.addr, topic);

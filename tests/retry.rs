@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use batch_inbox::error::HandlerError;
-use batch_inbox::generate::{generate, GeneratorSettings};
 use batch_inbox::ledger::{Entry, Ledger};
 use batch_inbox::message::Message;
-use batch_inbox::verify::{differences, observe};
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
+use batch_inbox_tools::generate::{generate, GeneratorSettings};
+use batch_inbox_tools::verify::{differences, observe};
 use common::*;
 
 /// The ledger, except that its 2nd and 5th calls kill their own database session mid-transaction.

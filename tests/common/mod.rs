@@ -71,7 +71,7 @@ impl Kafka {
         let cluster = MockCluster::new(1).unwrap();
         cluster.create_topic(topic, partitions, 1).unwrap();
         let brokers = cluster.bootstrap_servers();
-        let producer = batch_inbox::produce::producer(&brokers, &[]).unwrap();
+        let producer = batch_inbox_tools::produce::producer(&brokers, &[]).unwrap();
         Kafka {
             cluster,
             brokers,
@@ -121,8 +121,8 @@ impl Kafka {
     }
 
     /// Sends generated records, keyed by account (partitioned by key hash).
-    pub async fn send_generated(&self, records: Vec<batch_inbox::generate::Record>) {
-        batch_inbox::produce::send_all(&self.producer, &self.topic, records)
+    pub async fn send_generated(&self, records: Vec<batch_inbox_tools::generate::Record>) {
+        batch_inbox_tools::produce::send_all(&self.producer, &self.topic, records)
             .await
             .unwrap();
     }
@@ -160,7 +160,6 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
         },
         id_header: "id".to_owned(),
         exit_on_eof: true,
-        exit_after_records: None,
         revoke_timeout: Duration::from_secs(30),
         offsets_in_db: true,
         dedup_window: None,

@@ -45,6 +45,13 @@ pub async fn observe(client: &impl GenericClient) -> Result<Observed, tokio_post
     })
 }
 
+/// Reads the expected outcome written by `produce --expect`.
+pub fn read_expected(path: &std::path::Path) -> anyhow::Result<Expected> {
+    use anyhow::Context;
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
 /// Every difference between what was observed and what was expected; empty when they agree.
 /// Accounts that only ever received rejected debits exist at 0 in the database and may be
 /// absent from the model, so zero balances missing from the model are not differences.

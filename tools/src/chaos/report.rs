@@ -15,7 +15,7 @@ use super::checker::Invariant;
 use super::members::UnexpectedExit;
 use super::nemesis::FaultEvent;
 use super::offsets::{PartitionLag, Samples};
-use crate::metrics::RunReport;
+use batch_inbox::metrics::StatsReport;
 
 /// Counts from the processors' logs and reports, over every incarnation.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -65,7 +65,7 @@ impl Tally {
         }
         let parsed = std::fs::read(report)
             .ok()
-            .and_then(|b| serde_json::from_slice::<RunReport>(&b).ok());
+            .and_then(|b| serde_json::from_slice::<StatsReport>(&b).ok());
         if let Some(r) = parsed {
             self.records_committed += r.stats.records;
             self.duplicates_skipped += r.stats.duplicates;

@@ -17,7 +17,8 @@ use plotters::prelude::*;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::metrics::{Percentiles, RunReport};
+use crate::report::RunReport;
+use batch_inbox::metrics::Percentiles;
 
 /// Failure to read the reports or write the summary.
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +122,7 @@ fn order(r: &RunReport) -> (usize, u64, u64, &str) {
 }
 
 fn is_drain(r: &RunReport) -> bool {
-    r.settings.rate.is_none()
+    r.input_rate.is_none()
 }
 
 /// Not known to have left a wrong database.
@@ -259,7 +260,7 @@ fn latency_row(r: &RunReport) -> Vec<String> {
         batch_cell(r),
         r.settings.linger_ms.to_string(),
     ];
-    cells.push(r.settings.rate.map_or(DASH.into(), int));
+    cells.push(r.input_rate.map_or(DASH.into(), int));
     cells.extend([e.p50, e.p90, e.p99, e.p999, e.max].map(ms));
     let stage = |s: &&str| r.stages_ms.get(*s).map_or(DASH.into(), |p| ms(p.p99));
     cells.extend(STAGES.iter().map(stage));
@@ -500,11 +501,11 @@ mod tests {
         for (i, (label, mode, batch_size, rate, msgs_per_sec)) in runs.into_iter().enumerate() {
             let mut r = RunReport {
                 label: label.into(),
-                msgs_per_sec,
                 ..RunReport::default()
             };
+            r.msgs_per_sec = msgs_per_sec;
             (r.settings.mode, r.settings.batch_size) = (mode.into(), batch_size);
-            (r.settings.rate, r.settings.linger_ms) = (rate, 20);
+            (r.input_rate, r.settings.linger_ms) = (rate, 20);
             r.verified = Some(label != "batched-2000");
             (r.stats.records, r.cpu_s) = (1_000_000, 3.0);
             let e2e = &mut r.e2e_latency_ms;

@@ -12,8 +12,8 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
-use crate::error::KafkaClientError;
 use crate::generate::Record;
+use batch_inbox::error::KafkaClientError;
 
 /// Most records awaiting delivery at once.
 const IN_FLIGHT: usize = 20_000;

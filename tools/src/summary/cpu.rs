@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{header, read_json, row, SummaryError};
-use crate::metrics::RunReport;
+use crate::report::RunReport;
 
 /// One run's CPU sample, as `scripts/loadtest.sh` writes it to `cpu/<label>.json`.
 #[derive(Debug, Deserialize)]

@@ -1,4 +1,4 @@
-//! The chaos run (`batch-inbox chaos`, driven by `scripts/chaos.sh`): several processor processes
+//! The chaos run (`batch-inbox-bench chaos`, driven by `scripts/chaos.sh`): several processor processes
 //! in one group apply a paced, generated input (duplicates, bad input, overdrafts) while a seeded
 //! nemesis kills, pauses, restarts the database and changes the membership; then the run heals,
 //! drains, and checks the invariants against the generator's model.
@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::error::DbError;
 use crate::generate::Record;
+use batch_inbox::error::DbError;
 use members::{Cluster, MemberSpec};
 use nemesis::{Nemesis, NemesisSettings};
 use offsets::GroupOffsets;
@@ -113,8 +113,8 @@ struct Finished {
 }
 
 async fn prepare_database(url: &str) -> Result<(), ChaosError> {
-    let pool = crate::db::connect(url, 1).await?;
-    crate::db::migrate(&pool).await?;
+    let pool = batch_inbox::db::connect(url, 1).await?;
+    batch_inbox::db::migrate(&pool).await?;
     let client = pool.get().await.map_err(DbError::from)?;
     let rows: i64 = client
         .query_one(
@@ -133,11 +133,9 @@ async fn prepare_database(url: &str) -> Result<(), ChaosError> {
 }
 
 fn start_cluster(args: &ChaosArgs, plan: &Plan) -> Result<Cluster, ChaosError> {
-    let bin = std::env::current_exe()?;
+    let bin = crate::cli::product_bin()?;
     let mut run: Vec<String> = [
         "run",
-        "--database-url",
-        &args.database_url,
         "--brokers",
         &args.brokers,
         "--topic",
@@ -158,6 +156,7 @@ fn start_cluster(args: &ChaosArgs, plan: &Plan) -> Result<Cluster, ChaosError> {
     let mut cluster = Cluster::new(MemberSpec {
         bin,
         args: run,
+        env: vec![("DATABASE_URL".to_owned(), args.database_url.clone())],
         work: plan.work.clone(),
     });
     for _ in 0..args.processors.max(1) {
@@ -252,7 +251,7 @@ async fn state_invariants(
     plan: &Plan,
     run: &Finished,
 ) -> Result<Vec<checker::Invariant>, ChaosError> {
-    let pool = crate::db::connect(&args.database_url, 1).await?;
+    let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
     let client = pool.get().await.map_err(DbError::from)?;
     let valid = checker::valid_ids(&plan.records);
     let mut invariants = checker::database(&**client, &valid, &plan.expected).await?;
@@ -380,7 +379,7 @@ fn write_report(args: &ChaosArgs, plan: &Plan, report: &ChaosReport) -> Result<(
         format!("chaos-{}.json", plan.stamp)
     };
     let path = args.results_dir.join(name);
-    crate::progress::write_atomically(&path, report)?;
+    batch_inbox::stats_file::write_atomically(&path, report)?;
     println!("results   {}", path.display());
     Ok(())
 }

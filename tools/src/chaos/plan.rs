@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::error::DbError;
 use crate::generate::{generate, Expected, GeneratorSettings, KeyDistribution, Record};
+use batch_inbox::error::DbError;
 
 /// `chaos` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -79,7 +79,7 @@ pub enum ChaosError {
     Kafka(#[from] rdkafka::error::KafkaError),
     /// A Kafka client could not be created.
     #[error(transparent)]
-    KafkaClient(#[from] crate::error::KafkaClientError),
+    KafkaClient(#[from] batch_inbox::error::KafkaClientError),
     /// Database setup failure.
     #[error("database: {0}")]
     Db(#[from] DbError),

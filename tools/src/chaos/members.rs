@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 pub struct MemberSpec {
     /// The `batch-inbox` binary.
     pub bin: PathBuf,
-    /// Arguments of `run`, without the per-incarnation report and label.
+    /// Arguments of `run`, without the per-incarnation stats file.
     pub args: Vec<String>,
+    /// Environment of every member (the database URL goes here, not on the command line, where
+    /// the process list would show its password).
+    pub env: Vec<(String, String)>,
     /// Directory for logs and reports.
     pub work: PathBuf,
 }
@@ -96,11 +99,10 @@ impl Cluster {
         let out = File::create(&log)?;
         let child = Command::new(&self.spec.bin)
             .args(&self.spec.args)
-            .arg("--label")
-            .arg(&name)
-            .arg("--report")
+            .arg("--stats-file")
             .arg(&report)
-            .args(["--report-every-ms", "250"])
+            .args(["--stats-interval", "250ms"])
+            .envs(self.spec.env.iter().map(|(k, v)| (k, v)))
             .env("NO_COLOR", "1")
             // CHAOS_RUST_LOG overrides the members' log filter (e.g. librdkafka=debug together
             // with `--processor-arg=-X --processor-arg=debug=fetch` to trace fetches).

@@ -11,7 +11,7 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::generate::{Expected, Record};
-use crate::ledger::Entry;
+use batch_inbox::ledger::Entry;
 
 use super::offsets::{PartitionLag, Regression, Samples};
 

@@ -1,0 +1,200 @@
+//! One load-test run, measured from outside the processor: `drain` starts a processor command
+//! (normally `batch-inbox run …`) with `--stats-file`, stops it with SIGTERM once it committed N
+//! records when asked (fixed-rate runs), checks the database against the model and writes the
+//! run's [`RunReport`]. `consume-only` is the load test's broker-and-client ceiling: the same
+//! pipeline with no database work at all.
+//!
+//! Invariant: the processor is observed only through the product's documented interfaces (its
+//! stats file, its exit status and the database), as any user's tooling would.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use batch_inbox::config::{DbArgs, KafkaArgs, PipelineArgs};
+use batch_inbox::consumer::KafkaSettings;
+use batch_inbox::metrics::RunSettings;
+use batch_inbox::stats::Stats;
+use batch_inbox::stats_file::StatsFile;
+
+use crate::report::{read_stats, RunReport};
+
+/// `drain` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DrainArgs {
+    /// Name of the run in its report.
+    #[arg(long)]
+    pub label: String,
+    /// Where to write the run's report (JSON).
+    #[arg(long)]
+    pub report: PathBuf,
+    /// After the run, compare the database with this expected outcome (from `produce
+    /// --expect`); the run fails when they differ.
+    #[arg(long)]
+    pub expect: Option<PathBuf>,
+    /// Producer rate of the input, recorded in the report (fixed-rate runs).
+    #[arg(long)]
+    pub input_rate: Option<f64>,
+    /// Stop the processor (SIGTERM: it finishes its batches) once it committed this many records.
+    #[arg(long, value_name = "N")]
+    pub stop_after: Option<u64>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub db: DbArgs,
+    /// The processor command and its arguments; `--stats-file` is added.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// Runs `args.command`, then checks and reports; fails when the processor or the check fails.
+pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
+    let pool = batch_inbox::db::connect(args.db.database_url.expose(), 1).await?;
+    let before = crate::measure::statement_count(&pool).await;
+    let stats_path = with_suffix(&args.report, ".stats");
+    run_processor(&args.command, &stats_path, args.stop_after).await?;
+    let stats = read_stats(&stats_path)
+        .with_context(|| format!("reading the stats file {}", stats_path.display()))?;
+    let _ = std::fs::remove_file(&stats_path);
+    let mut report = RunReport {
+        label: args.label.clone(),
+        run: stats,
+        input_rate: args.input_rate,
+        ..RunReport::default()
+    };
+    if let (Some(b), Some(a)) = (before, crate::measure::statement_count(&pool).await) {
+        report.statements_per_msg = Some((a - b) as f64 / report.stats.records.max(1) as f64);
+    }
+    // Read only now: a fixed-rate run's producer writes the file while the processor runs.
+    let diffs = match &args.expect {
+        Some(path) => {
+            let expected = crate::verify::read_expected(path)?;
+            let observed = crate::verify::observe(&**pool.get().await?).await?;
+            let diffs = crate::verify::differences(&observed, &expected);
+            report.verified = Some(diffs.is_empty());
+            diffs
+        }
+        None => Vec::new(),
+    };
+    batch_inbox::stats_file::write_atomically(&args.report, &report)
+        .with_context(|| format!("writing {}", args.report.display()))?;
+    if !diffs.is_empty() {
+        anyhow::bail!(
+            "database differs from the expected outcome: {}",
+            diffs.join("; ")
+        );
+    }
+    Ok(())
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    p.into()
+}
+
+/// Runs the processor command with a stats file; stops it once `stop_after` records committed.
+async fn run_processor(
+    command: &[String],
+    stats: &Path,
+    stop_after: Option<u64>,
+) -> anyhow::Result<()> {
+    let (program, rest) = command.split_first().context("no processor command")?;
+    let mut child = tokio::process::Command::new(program)
+        .args(rest)
+        .arg("--stats-file")
+        .arg(stats)
+        .args(["--stats-interval", "100ms"])
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {program}"))?;
+    let mut stopped = false;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status?,
+            _ = tokio::time::sleep(Duration::from_millis(100)), if !stopped => {
+                let done = stop_after.is_some_and(|n| {
+                    read_stats(stats).is_ok_and(|s| s.stats.records >= n)
+                });
+                if done {
+                    terminate(&child);
+                    stopped = true;
+                }
+            }
+        }
+    };
+    if !status.success() {
+        anyhow::bail!("the processor failed: {status}");
+    }
+    Ok(())
+}
+
+/// Asks `child` to stop as an operator would: SIGTERM.
+fn terminate(child: &tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) with a pid this process spawned and has not reaped; no memory involved.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+    }
+}
+
+/// `consume-only` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConsumeOnlyArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub db: DbArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub kafka: KafkaArgs,
+    /// Consumer group (its offsets are stored: use a group of its own).
+    #[arg(long)]
+    pub group: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub pipeline: PipelineArgs,
+    /// Where to write the run's stats (the format of `batch-inbox run --stats-file`).
+    #[arg(long)]
+    pub stats_file: PathBuf,
+    /// How often the stats file is rewritten.
+    #[arg(long, default_value = "1s", value_parser = batch_inbox::logging::parse_interval)]
+    pub stats_interval: Duration,
+}
+
+/// Drains the topic with the pipeline's consume-only mode (no database work) and writes stats.
+pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
+    let pool = batch_inbox::db::connect(args.db.database_url.expose(), 1).await?;
+    let mut kafka = KafkaSettings::new(&args.kafka.brokers, &args.kafka.topic, &args.group);
+    kafka.overrides = args.kafka.properties.clone();
+    kafka.partition_eof = true;
+    let mut config = args.pipeline.processor(kafka, true);
+    config.worker.mode = batch_inbox::Mode::ConsumeOnly;
+    let stats = Arc::new(Stats::default());
+    let settings = RunSettings {
+        mode: "consume-only".to_owned(),
+        batch_size: args.pipeline.batch_size.get() as u64,
+        linger_ms: args.pipeline.batch_linger_ms,
+        pool_size: args.pipeline.pool_size.get() as u64,
+    };
+    let file = StatsFile::start(
+        args.stats_file,
+        settings,
+        stats.clone(),
+        args.stats_interval,
+    );
+    let handler = Arc::new(batch_inbox::ledger::Ledger);
+    let result = batch_inbox::processor::run_with_stats(
+        config,
+        pool,
+        handler,
+        stats.clone(),
+        std::future::pending(),
+    )
+    .await;
+    file.finish()?;
+    result?;
+    let s = stats.snapshot();
+    println!("records {} (consume-only)", s.records);
+    Ok(())
+}

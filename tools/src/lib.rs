@@ -1,0 +1,28 @@
+//! # batch-inbox-tools
+//!
+//! The toolbox of batch-inbox, kept apart from the product (nothing in the product depends on
+//! it; `publish = false`): what tests, load tests and fault tests need around a processor, and
+//! that no production deployment should carry.
+//!
+//! ## Layout
+//!
+//! - [`generate`]: the seeded load generator (ledger records with duplicates, bad input and
+//!   overdrafts) and its model, the expected outcome.
+//! - [`produce`]: writes records to a topic, at a constant rate or as fast as possible.
+//! - [`verify`]: compares the database with the model.
+//! - [`demo`]: the whole pipeline against an in-process mock cluster, in a database of its own.
+//! - [`drain`]: one load-test run of the `batch-inbox` binary, read through its `--stats-file`.
+//! - [`report`]: a load-test run's report; [`summary`]: the load test's tables and plots.
+//! - [`measure`]: the COPY ceiling and pg_stat_statements counts.
+//! - [`chaos`]: the fault-injection driver and its invariant checker.
+
+pub mod chaos;
+pub mod cli;
+pub mod demo;
+pub mod drain;
+pub mod generate;
+pub mod measure;
+pub mod produce;
+pub mod report;
+pub mod summary;
+pub mod verify;

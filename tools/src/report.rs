@@ -1,0 +1,48 @@
+//! A load-test run's report: what the processor measured (its `--stats-file`, the product's
+//! [`StatsReport`]) with what only the load test knows: the run's name, the input rate, whether
+//! the database matched the model, and the statements it cost.
+
+use std::path::Path;
+
+use batch_inbox::metrics::StatsReport;
+use serde::{Deserialize, Serialize};
+
+/// One run of the load test.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunReport {
+    /// Name of the configuration.
+    pub label: String,
+    /// What the processor measured.
+    #[serde(flatten)]
+    pub run: StatsReport,
+    /// Producer rate for fixed-rate runs; `None` for a backlog drain.
+    #[serde(default)]
+    pub input_rate: Option<f64>,
+    /// Whether the database matched the generator's model afterwards (`None`: not checked).
+    #[serde(default)]
+    pub verified: Option<bool>,
+    /// Statements executed per record, from pg_stat_statements (`None`: not available). Each
+    /// statement is one round trip.
+    #[serde(default)]
+    pub statements_per_msg: Option<f64>,
+}
+
+impl std::ops::Deref for RunReport {
+    type Target = StatsReport;
+
+    fn deref(&self) -> &StatsReport {
+        &self.run
+    }
+}
+
+impl std::ops::DerefMut for RunReport {
+    fn deref_mut(&mut self) -> &mut StatsReport {
+        &mut self.run
+    }
+}
+
+/// Reads a stats file written by `batch-inbox run --stats-file`.
+pub fn read_stats(path: &Path) -> std::io::Result<StatsReport> {
+    let bytes = std::fs::read(path)?;
+    serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+}
