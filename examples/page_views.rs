@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, future::pending, sync::Arc};
 
 use batch_inbox::message::{Decode, Message, RawMessage};
-use batch_inbox::{consumer::KafkaSettings, dead_letter::Reason, error::HandlerError};
+use batch_inbox::{consumer::KafkaSettings, error::HandlerError, reason::Reason};
 use batch_inbox::{db, Handler, ProcessorConfig};
 use batch_inbox::{Rejection, Transaction};
 use rdkafka::{message::OwnedHeaders, producer::FutureProducer, producer::FutureRecord};
@@ -25,8 +25,12 @@ impl Decode for View {
 /// Adds a batch's new views with one statement; refuses paths that do not start with `/`.
 struct PageViews;
 
+/// The reason a view is refused with, stored in `dead_letters.reason`.
+const INVALID_PATH: Reason = Reason::rejected("invalid_path");
+
 impl Handler for PageViews {
     type Payload = View;
+    const REJECTIONS: &'static [Reason] = &[INVALID_PATH];
 
     async fn handle(
         &self,
@@ -38,11 +42,7 @@ impl Handler for PageViews {
             if path.starts_with('/') {
                 *counts.entry(path).or_default() += 1;
             } else {
-                refused.push(Rejection::new(
-                    index,
-                    Reason::InvalidPayload,
-                    "no leading /",
-                ));
+                refused.push(Rejection::new(index, INVALID_PATH, "no leading /"));
             }
         }
         let (paths, n): (Vec<&str>, Vec<i64>) = counts.into_iter().unzip();

@@ -10,12 +10,16 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::batcher::BatcherSettings;
 use crate::consumer::KafkaSettings;
+use crate::defaults;
 use crate::inbox::Mode;
 use crate::logging::LogFormat;
 use crate::processor::ProcessorConfig;
-use crate::retention::{parse_retention, CleanupArgs, CleanupCommandArgs, MigrateArgs};
 use crate::secret::{DatabaseUrl, RedactedProperties};
 use crate::worker::{RetryPolicy, WorkerSettings};
+
+mod retention;
+
+pub use retention::{parse_retention, CleanupArgs, CleanupCommandArgs, MigrateArgs};
 
 /// Apply a Kafka topic to PostgreSQL exactly once, with a micro-batched transactional inbox.
 #[derive(Debug, Parser)]
@@ -58,7 +62,7 @@ pub struct DbArgs {
         long,
         env = "DATABASE_URL",
         hide_env_values = true,
-        default_value = "postgres://postgres@127.0.0.1:5432/batch_inbox"
+        default_value = defaults::DATABASE_URL
     )]
     pub database_url: DatabaseUrl,
 }
@@ -67,10 +71,10 @@ pub struct DbArgs {
 #[derive(Clone, Args)]
 pub struct KafkaArgs {
     /// Bootstrap servers of any Kafka-protocol broker.
-    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    #[arg(long, env = "KAFKA_BROKERS", default_value = defaults::BROKERS)]
     pub brokers: String,
     /// Topic to consume or produce to.
-    #[arg(long, env = "BATCH_INBOX_TOPIC", default_value = "ledger")]
+    #[arg(long, env = "BATCH_INBOX_TOPIC", default_value = defaults::TOPIC)]
     pub topic: String,
     /// librdkafka property passed through, as `key=value` (repeatable), applied last.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = PropertyParser)]
@@ -99,26 +103,26 @@ pub struct PipelineArgs {
     #[arg(long, env = "BATCH_INBOX_MODE", value_enum, default_value_t = Mode::Batched)]
     pub mode: Mode,
     /// Largest batch, in messages.
-    #[arg(long, env = "BATCH_INBOX_BATCH_SIZE", default_value = "1000")]
+    #[arg(long, env = "BATCH_INBOX_BATCH_SIZE", default_value_t = defaults::BATCH_SIZE)]
     pub batch_size: NonZeroUsize,
     /// Longest wait after a batch's first message before it is applied, in milliseconds (at
     /// most an hour).
     #[arg(
         long,
         env = "BATCH_INBOX_BATCH_LINGER_MS",
-        default_value_t = 20,
+        default_value_t = defaults::BATCH_LINGER_MS,
         value_parser = clap::value_parser!(u64).range(..=MAX_LINGER_MS)
     )]
     pub batch_linger_ms: u64,
     /// Largest batch, in bytes of keys, values, header names and values, plus 64 bytes per
     /// header and the size of a record's owned copy per record.
-    #[arg(long, env = "BATCH_INBOX_BATCH_MAX_BYTES", default_value = "4194304")]
+    #[arg(long, env = "BATCH_INBOX_BATCH_MAX_BYTES", default_value_t = defaults::BATCH_MAX_BYTES)]
     pub batch_max_bytes: NonZeroUsize,
     /// Database connections (at most one transaction per partition runs at a time).
-    #[arg(long, env = "BATCH_INBOX_POOL_SIZE", default_value = "8")]
+    #[arg(long, env = "BATCH_INBOX_POOL_SIZE", default_value_t = defaults::POOL_SIZE)]
     pub pool_size: NonZeroUsize,
     /// Header that carries the message id (a UUID); CloudEvents users pass `ce_id`.
-    #[arg(long, env = "BATCH_INBOX_ID_HEADER", default_value = "id")]
+    #[arg(long, env = "BATCH_INBOX_ID_HEADER", default_value = defaults::ID_HEADER)]
     pub id_header: String,
 }
 
@@ -132,7 +136,7 @@ pub struct RunArgs {
     #[allow(missing_docs)]
     pub kafka: KafkaArgs,
     /// Consumer group.
-    #[arg(long, env = "BATCH_INBOX_GROUP", default_value = "batch-inbox")]
+    #[arg(long, env = "BATCH_INBOX_GROUP", default_value = defaults::GROUP)]
     pub group: String,
     #[command(flatten)]
     #[allow(missing_docs)]
@@ -150,7 +154,7 @@ pub struct RunArgs {
     #[arg(long, env = "BATCH_INBOX_DEDUP_WINDOW", value_parser = parse_retention)]
     pub dedup_window: Option<Duration>,
     /// Seconds between two background cleanups (with --retention) or partition preparations.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = defaults::CLEANUP_INTERVAL_S, value_parser = clap::value_parser!(u64).range(1..))]
     pub cleanup_interval_s: u64,
     #[command(flatten)]
     #[allow(missing_docs)]
@@ -158,7 +162,7 @@ pub struct RunArgs {
     /// Store each partition's next offset in the database, in the batch's transaction, and
     /// start an assigned partition there when it is ahead of Kafka's committed offset (no
     /// replay after a crash). `--offsets-in-db=false`: Kafka's committed offsets only.
-    #[arg(long, env = "BATCH_INBOX_OFFSETS_IN_DB", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "BATCH_INBOX_OFFSETS_IN_DB", default_value_t = defaults::OFFSETS_IN_DB, action = clap::ArgAction::Set)]
     pub offsets_in_db: bool,
     /// TEST-ONLY CONTROL, UNSAFE: store offsets before the database commit, so faults lose
     /// messages. Exists to show that fault checks can fail.
@@ -185,7 +189,7 @@ pub struct OpsArgs {
     #[arg(
         long,
         env = "BATCH_INBOX_LOG_INTERVAL",
-        default_value = "10s",
+        default_value = defaults::LOG_INTERVAL,
         value_parser = crate::logging::parse_interval
     )]
     pub log_interval: Duration,
@@ -198,7 +202,7 @@ pub struct OpsArgs {
     #[arg(
         long,
         env = "BATCH_INBOX_STATS_INTERVAL",
-        default_value = "1s",
+        default_value = defaults::STATS_INTERVAL,
         value_parser = crate::logging::parse_interval
     )]
     pub stats_interval: Duration,
@@ -259,17 +263,13 @@ impl PipelineArgs {
         }
     }
 
-    /// Processor configuration for `kafka`.
+    /// Processor configuration for `kafka`: the library's defaults with these flags.
     pub fn processor(&self, kafka: KafkaSettings, exit_on_eof: bool) -> ProcessorConfig {
-        ProcessorConfig {
-            kafka,
-            worker: self.worker(),
-            id_header: self.id_header.clone(),
-            exit_on_eof,
-            revoke_timeout: Duration::from_secs(30),
-            offsets_in_db: true,
-            dedup_window: None,
-        }
+        let mut config = ProcessorConfig::new(kafka);
+        config.worker = self.worker();
+        config.id_header = self.id_header.clone();
+        config.exit_on_eof = exit_on_eof;
+        config
     }
 }
 

@@ -9,9 +9,9 @@ use std::future::Future;
 
 use crate::Transaction;
 
-use crate::dead_letter::Reason;
 use crate::error::HandlerError;
 use crate::message::{Decode, Message};
+use crate::reason::Reason;
 
 /// A message the handler refused for a business reason. It stays in the inbox (it is never
 /// evaluated again on redelivery) and gets a dead-letter record in the same transaction.
@@ -40,6 +40,10 @@ impl Rejection {
 pub trait Handler: Send + Sync + 'static {
     /// The decoded message value.
     type Payload: Decode + Clone + Send + Sync + 'static;
+
+    /// The reasons this handler rejects messages with (its [`Rejection`]s' [`Reason::Rejected`]
+    /// names), so that their dead-letter counters show from the start, at 0.
+    const REJECTIONS: &'static [Reason] = &[];
 
     /// Applies `messages` (new ids only, in partition order) using `tx` only. Returns the
     /// messages it refused; an `Err` rolls the whole batch back.

@@ -21,15 +21,17 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Client, Pool};
 use uuid::Uuid;
 
-use crate::dead_letter::{self, DeadLetter, ReasonCounts, RowForm};
+use crate::dead_letter::{self, RowForm};
 use crate::error::InboxError;
 use crate::failpoint::failpoint;
 use crate::handler::{Handler, Rejection};
+use crate::message::DeadLetter;
 use crate::message::{
     decode_batch, dedup_in_batch, reject_outside_window, Decoded, Message, RawMessage,
 };
-use crate::metrics::StageTimings;
 use crate::offset_table::{self, upsert_offset, OffsetTarget};
+pub use crate::outcome::{StageTimings, TxOutcome};
+use crate::reason::ReasonCounts;
 use crate::Transaction;
 
 mod refused;
@@ -49,29 +51,6 @@ pub enum Mode {
     /// tools use it through the library).
     #[value(skip)]
     ConsumeOnly,
-}
-
-/// What one transaction did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TxOutcome {
-    /// Records in the transaction.
-    pub received: u64,
-    /// Ids that were new and went to the handler (applied or rejected).
-    pub new: u64,
-    /// Records skipped as duplicates (inside the batch or already in the inbox).
-    pub duplicates: u64,
-    /// New messages the handler rejected.
-    pub rejected: u64,
-    /// New messages the handler failed on alone (poison), dead-lettered without being applied.
-    pub poisoned: u64,
-    /// Records that could not be decoded.
-    pub invalid: u64,
-    /// Dead-letter rows written (fewer than rejected + invalid on redelivery).
-    pub dead_letters_written: u64,
-    /// Dead-lettered records (rejected + invalid), by reason.
-    pub dead_letter_reasons: ReasonCounts,
-    /// Time in each step.
-    pub timings: StageTimings,
 }
 
 macro_rules! insert_ids {
@@ -173,8 +152,8 @@ impl<H: Handler> Inbox<H> {
         let mut decoded = decode_batch(batch, &self.id_header);
         if let Some(window) = self.dedup_window {
             let now = std::time::SystemTime::now();
-            let oldest = crate::retention::days::before(now, window);
-            reject_outside_window(&mut decoded, crate::retention::days::unix_millis(oldest));
+            let oldest = crate::days::before(now, window);
+            reject_outside_window(&mut decoded, crate::days::unix_millis(oldest));
         }
         decoded
     }
@@ -292,7 +271,7 @@ pub async fn apply_batch<H: Handler>(
         poisoned: 0,
         invalid: batch.dead_letters.len() as u64,
         dead_letters_written: written,
-        dead_letter_reasons: ReasonCounts::of(&letters),
+        dead_letter_reasons: ReasonCounts::of(letters.iter().map(|l| &l.reason)),
         timings,
     })
 }
@@ -368,7 +347,7 @@ pub async fn apply_one<H: Handler>(
     outcome.dead_letters_written = dead_letter::insert(&tx, topic, partition, &letters, rows)
         .await
         .map_err(InboxError::DeadLetters)?;
-    outcome.dead_letter_reasons = ReasonCounts::of(&letters);
+    outcome.dead_letter_reasons = ReasonCounts::of(letters.iter().map(|l| &l.reason));
     outcome.timings.dead_letters = lap(&mut clock);
     failpoint!("before_commit");
     tx.commit().await?;
@@ -416,7 +395,7 @@ fn rejected_letter<P>(messages: &[Message<P>], rejection: &Rejection) -> Option<
     Some(DeadLetter::new(
         message.raw.clone(),
         Some(message.id.to_string()),
-        rejection.reason,
+        rejection.reason.clone(),
         rejection.detail.clone(),
     ))
 }

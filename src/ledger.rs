@@ -14,10 +14,15 @@ use std::collections::HashMap;
 use crate::Transaction;
 use serde::Deserialize;
 
-use crate::dead_letter::Reason;
 use crate::error::HandlerError;
 use crate::handler::{Handler, Rejection};
 use crate::message::{Decode, Message, RawMessage};
+use crate::reason::Reason;
+
+/// The ledger's rejection: a debit that would take the balance below zero.
+pub const INSUFFICIENT_FUNDS: Reason = Reason::rejected("insufficient_funds");
+/// The ledger's rejection: an amount that would overflow the balance.
+pub const AMOUNT_OVERFLOW: Reason = Reason::rejected("amount_overflow");
 
 /// One ledger entry: the message value `{"account_id": i64, "amount": i64}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -57,11 +62,11 @@ pub fn apply_amount(balance: i64, amount: i64) -> Result<i64, (Reason, String)> 
     match balance.checked_add(amount) {
         Some(next) if next >= 0 => Ok(next),
         Some(_) => Err((
-            Reason::InsufficientFunds,
+            INSUFFICIENT_FUNDS,
             format!("balance {balance} cannot cover {amount}"),
         )),
         None => Err((
-            Reason::AmountOverflow,
+            AMOUNT_OVERFLOW,
             format!("balance {balance} plus {amount} overflows"),
         )),
     }
@@ -155,6 +160,8 @@ async fn lock_accounts(
 impl Handler for Ledger {
     type Payload = Entry;
 
+    const REJECTIONS: &'static [Reason] = &[INSUFFICIENT_FUNDS, AMOUNT_OVERFLOW];
+
     async fn handle(
         &self,
         tx: &Transaction<'_>,
@@ -204,7 +211,7 @@ impl Handler for Ledger {
         let balance: i64 = tx.query_one(&read, &[&account_id]).await?.get(0);
         let (reason, detail) = apply_amount(balance, amount)
             .err()
-            .unwrap_or((Reason::InsufficientFunds, format!("balance {balance}")));
+            .unwrap_or((INSUFFICIENT_FUNDS, format!("balance {balance}")));
         Ok(Some(Rejection {
             index: 0,
             reason,
@@ -227,23 +234,20 @@ mod tests {
         let mut balances = HashMap::new();
         let entries = [e(1, -5), e(1, 10), e(1, -7), e(1, -7), e(2, 3)];
         let rejected = apply(&mut balances, &entries);
-        let refused: Vec<(usize, Reason)> = rejected.iter().map(|r| (r.index, r.reason)).collect();
+        let refused: Vec<(usize, Reason)> = rejected
+            .iter()
+            .map(|r| (r.index, r.reason.clone()))
+            .collect();
         assert_eq!(
             refused,
-            vec![
-                (0, Reason::InsufficientFunds),
-                (3, Reason::InsufficientFunds)
-            ]
+            vec![(0, INSUFFICIENT_FUNDS), (3, INSUFFICIENT_FUNDS)]
         );
         assert_eq!(balances, HashMap::from([(1, 3), (2, 3)]));
     }
 
     #[test]
     fn overflow_is_rejected_not_wrapped() {
-        assert_eq!(
-            apply_amount(i64::MAX, 1).unwrap_err().0,
-            Reason::AmountOverflow
-        );
+        assert_eq!(apply_amount(i64::MAX, 1).unwrap_err().0, AMOUNT_OVERFLOW);
         assert_eq!(apply_amount(5, -5), Ok(0));
     }
 

@@ -2,11 +2,10 @@
 
 use std::sync::Arc;
 
-use batch_inbox::config::{Command, RunArgs};
+use batch_inbox::config::{CleanupCommandArgs, Command, MigrateArgs, RunArgs};
 use batch_inbox::config_file::{self, ConfigError, Source};
-use batch_inbox::metrics::RunSettings;
-use batch_inbox::retention::{CleanupCommandArgs, MigrateArgs};
 use batch_inbox::stats::Stats;
+use batch_inbox::stats_file::RunSettings;
 use batch_inbox::{db, ledger::Ledger, retention};
 use clap::ValueEnum;
 use tokio_util::sync::CancellationToken;
@@ -57,7 +56,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     let applied = db::migrate(&pool).await?;
     println!("migrations applied: {applied:?}");
     if args.partitioned {
-        let today = retention::days::day_of_millis(retention::days::unix_millis(
+        let today = batch_inbox::days::day_of_millis(batch_inbox::days::unix_millis(
             std::time::SystemTime::now(),
         ));
         let mut client = pool.get().await?;
@@ -132,7 +131,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     db::check_schema(&pool).await?;
     let maintenance = start_maintenance(&args, &pool).await?;
     let started = std::time::Instant::now();
-    let stats = Arc::new(Stats::default());
+    // The latency distributions are kept only for a stats file.
+    let stats = Arc::new(match args.ops.stats_file {
+        Some(_) => Stats::with_report(),
+        None => Stats::default(),
+    });
     let stats_file = args.ops.stats_file.clone().map(|path| {
         batch_inbox::stats_file::StatsFile::start(
             path,

@@ -14,11 +14,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use uuid::Uuid;
 
-use crate::dead_letter::{DeadLetter, Reason};
+use crate::reason::Reason;
 
 mod id;
 
-pub use id::{decode_id, parse_id};
+pub(crate) use id::clean_text;
+pub use id::{decode_id, id_text, parse_id, MAX_ID_TEXT_BYTES};
 
 /// One Kafka header: a name and an optional value, both bytes as received.
 ///
@@ -114,6 +115,37 @@ pub trait Decode: Sized {
     fn decode(raw: &RawMessage) -> Result<Self, (Reason, String)>;
 }
 
+/// A message that is recorded instead of applied.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// The record as delivered.
+    pub raw: Arc<RawMessage>,
+    /// The id as text: the UUID when it parsed, else the id header's value when it is clean
+    /// text (see [`id_text`]; it may not be a valid UUID).
+    pub message_id: Option<String>,
+    /// Why it was not applied.
+    pub reason: Reason,
+    /// Human-readable detail (the parse error, the balance that was too low).
+    pub detail: String,
+}
+
+impl DeadLetter {
+    /// Builds a dead letter for `raw`.
+    pub fn new(
+        raw: Arc<RawMessage>,
+        message_id: Option<String>,
+        reason: Reason,
+        detail: String,
+    ) -> Self {
+        Self {
+            raw,
+            message_id,
+            reason,
+            detail,
+        }
+    }
+}
+
 /// A batch split into decodable messages and dead letters, in partition order.
 #[derive(Debug)]
 pub struct Decoded<P> {
@@ -136,7 +168,7 @@ pub fn decode_batch<P: Decode>(batch: Vec<RawMessage>, id_header: &str) -> Decod
             Err((reason, detail)) => {
                 let id_text = raw
                     .header(id_header)
-                    .and_then(|v| crate::dead_letter::id_text(v))
+                    .and_then(|v| id_text(v))
                     .map(str::to_owned);
                 dead_letters.push(DeadLetter::new(raw, id_text, reason, detail));
             }
@@ -156,10 +188,10 @@ pub fn reject_outside_window<P>(decoded: &mut Decoded<P>, oldest_ms: i64) -> usi
     let before = decoded.dead_letters.len();
     let (old, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut decoded.messages)
         .into_iter()
-        .partition(|m| crate::retention::days::v7_millis(&m.id).is_some_and(|t| t < oldest_ms));
+        .partition(|m| crate::days::v7_millis(&m.id).is_some_and(|t| t < oldest_ms));
     decoded.messages = kept;
     decoded.dead_letters.extend(old.into_iter().map(|m| {
-        let created = crate::retention::days::v7_millis(&m.id).unwrap_or_default();
+        let created = crate::days::v7_millis(&m.id).unwrap_or_default();
         let detail = format!(
             "UUIDv7 created at {created} ms since the epoch, before the dedup window's start at \
              {oldest_ms} ms: its inbox row may have expired"
@@ -235,7 +267,7 @@ pub(crate) mod tests {
         let reasons: Vec<(i64, Reason)> = d
             .dead_letters
             .iter()
-            .map(|d| (d.raw.offset, d.reason))
+            .map(|d| (d.raw.offset, d.reason.clone()))
             .collect();
         assert_eq!(
             reasons,
@@ -280,7 +312,7 @@ pub(crate) mod tests {
         let letters: Vec<(i64, Reason)> = d
             .dead_letters
             .iter()
-            .map(|l| (l.raw.offset, l.reason))
+            .map(|l| (l.raw.offset, l.reason.clone()))
             .collect();
         assert_eq!(
             letters,

@@ -13,39 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::stats::StatsSnapshot;
-
-/// Time spent in each step of one transaction.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StageTimings {
-    /// The inbox insert (dedup statement).
-    pub dedup: Duration,
-    /// The handler.
-    pub handler: Duration,
-    /// The dead-letter insert.
-    pub dead_letters: Duration,
-    /// The COMMIT.
-    pub commit: Duration,
-}
-
-impl std::ops::AddAssign for StageTimings {
-    fn add_assign(&mut self, o: Self) {
-        self.dedup += o.dedup;
-        self.handler += o.handler;
-        self.dead_letters += o.dead_letters;
-        self.commit += o.commit;
-    }
-}
-
-/// Stage names, in pipeline order.
-pub const STAGES: [&str; 6] = [
-    "batch_wait",
-    "dedup",
-    "handler",
-    "dead_letters",
-    "commit",
-    "offset_store",
-];
+use crate::outcome::{BatchSample, STAGES};
 
 fn histogram() -> Histogram<u64> {
     // Microseconds, up to one hour, three significant digits.
@@ -79,21 +47,6 @@ impl Default for Metrics {
             }),
         }
     }
-}
-
-/// What one committed batch contributes.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchSample<'a> {
-    /// When the batch's first record arrived.
-    pub opened: Instant,
-    /// When the batch was closed and handed to the inbox.
-    pub closed: Instant,
-    /// Time in each step of its transaction(s).
-    pub timings: StageTimings,
-    /// Time to store its offsets.
-    pub offset_store: Duration,
-    /// Kafka timestamps (ms since the epoch) of its records.
-    pub timestamps_ms: &'a [Option<i64>],
 }
 
 impl Metrics {
@@ -142,21 +95,12 @@ impl Metrics {
         Some(m.last_commit?.saturating_duration_since(m.first_record?))
     }
 
-    /// Summarizes everything recorded, with the counters `stats` and the run's `settings`.
-    pub fn report(&self, settings: RunSettings, stats: StatsSnapshot) -> StatsReport {
+    /// Summarizes everything recorded.
+    pub fn measured(&self) -> Measured {
         let window = self.window().unwrap_or_default();
         let m = self.lock();
-        let secs = window.as_secs_f64();
-        StatsReport {
-            format: StatsReport::FORMAT,
-            settings,
-            stats,
-            window_s: secs,
-            msgs_per_sec: if secs > 0.0 {
-                stats.records as f64 / secs
-            } else {
-                0.0
-            },
+        Measured {
+            window_s: window.as_secs_f64(),
             e2e_latency_ms: Percentiles::of(&m.e2e_us, 1e-3),
             stages_ms: STAGES
                 .iter()
@@ -164,10 +108,21 @@ impl Metrics {
                 .map(|(name, h)| ((*name).to_owned(), Percentiles::of(h, 1e-3)))
                 .collect(),
             batch_size: Percentiles::of(&m.batch_sizes, 1.0),
-            peak_rss_mb: peak_rss_mb(),
-            cpu_s: cpu_seconds(),
         }
     }
+}
+
+/// The latency and size distributions of a run, and its throughput window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// Seconds from the first record received to the last commit.
+    pub window_s: f64,
+    /// Kafka timestamp → COMMIT, per record.
+    pub e2e_latency_ms: Percentiles,
+    /// Per-stage latency, per transaction.
+    pub stages_ms: BTreeMap<String, Percentiles>,
+    /// Records per batch.
+    pub batch_size: Percentiles,
 }
 
 /// Percentiles of a histogram, scaled.
@@ -207,53 +162,6 @@ impl Percentiles {
     }
 }
 
-/// The settings a run was made with.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RunSettings {
-    /// `batched`, `per-message` or `consume-only`.
-    pub mode: String,
-    /// Most records per batch.
-    pub batch_size: u64,
-    /// Batch linger in milliseconds.
-    pub linger_ms: u64,
-    /// Database connections.
-    pub pool_size: u64,
-}
-
-/// What a run measured: the format of `run --stats-file` (documented in docs/OPERATIONS.md;
-/// fields are only ever added).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct StatsReport {
-    /// The format's version, [`StatsReport::FORMAT`].
-    #[serde(default)]
-    pub format: u32,
-    /// The run's settings.
-    #[serde(default)]
-    pub settings: RunSettings,
-    /// Counters.
-    pub stats: StatsSnapshot,
-    /// Seconds from the first record received to the last commit.
-    pub window_s: f64,
-    /// Records per second over that window.
-    pub msgs_per_sec: f64,
-    /// Kafka timestamp → COMMIT, per record.
-    pub e2e_latency_ms: Percentiles,
-    /// Per-stage latency, per transaction.
-    pub stages_ms: BTreeMap<String, Percentiles>,
-    /// Records per batch.
-    pub batch_size: Percentiles,
-    /// Peak resident memory of the process.
-    pub peak_rss_mb: f64,
-    /// CPU time of the process (user + system), in seconds.
-    #[serde(default)]
-    pub cpu_s: f64,
-}
-
-impl StatsReport {
-    /// The current format version.
-    pub const FORMAT: u32 = 1;
-}
-
 /// Peak resident set size of this process (VmHWM), in MiB; 0 where /proc is unavailable.
 pub fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -287,6 +195,7 @@ pub fn cpu_seconds() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::StageTimings;
 
     #[test]
     fn latency_is_measured_from_the_kafka_timestamp_to_the_commit() {
@@ -306,7 +215,7 @@ mod tests {
             },
             commit,
         );
-        let r = m.report(RunSettings::default(), StatsSnapshot::default());
+        let r = m.measured();
         assert_eq!(r.e2e_latency_ms.count, 2);
         assert!(
             (r.e2e_latency_ms.p50 - 100.0).abs() < 0.5,
@@ -317,7 +226,7 @@ mod tests {
         assert!((r.stages_ms["batch_wait"].p50 - 5.0).abs() < 0.1);
         assert!((r.stages_ms["commit"].p50 - 2.0).abs() < 0.1);
         assert_eq!(r.batch_size.max, 3.0);
-        assert!(r.peak_rss_mb > 0.0);
+        assert!(peak_rss_mb() > 0.0);
         let spin = std::time::Instant::now();
         while spin.elapsed() < Duration::from_millis(50) {
             std::hint::black_box(0u64);
@@ -339,7 +248,7 @@ mod tests {
             },
             UNIX_EPOCH + Duration::from_secs(1),
         );
-        let r = m.report(RunSettings::default(), StatsSnapshot::default());
+        let r = m.measured();
         assert_eq!(r.e2e_latency_ms.count, 3);
         // Timestamps in the future count as the smallest latency (1 µs); one at i64::MIN as the
         // largest the histogram holds (one hour).

@@ -44,26 +44,27 @@ pub struct ProcessorConfig {
 }
 
 impl ProcessorConfig {
-    /// The defaults of the command line for `kafka`: batched, 1000 records or 4 MiB per batch,
-    /// 20 ms linger, header `id`, run until shut down.
+    /// The defaults of the command line ([`crate::defaults`]) for `kafka`: batched, 1000
+    /// records or 4 MiB per batch, 20 ms linger, header `id`, run until shut down.
     pub fn new(kafka: KafkaSettings) -> Self {
+        use crate::defaults;
         Self {
             kafka,
             worker: WorkerSettings {
                 mode: crate::Mode::Batched,
                 batcher: crate::batcher::BatcherSettings {
-                    max_items: std::num::NonZeroUsize::new(1000).expect("1000 is not zero"),
-                    max_bytes: std::num::NonZeroUsize::new(4 << 20).expect("4 MiB is not zero"),
-                    linger: Duration::from_millis(20),
+                    max_items: defaults::BATCH_SIZE,
+                    max_bytes: defaults::BATCH_MAX_BYTES,
+                    linger: Duration::from_millis(defaults::BATCH_LINGER_MS),
                 },
                 retry: crate::worker::RetryPolicy::default(),
                 unsafe_offsets_before_commit: false,
                 unsafe_no_inbox: false,
             },
-            id_header: "id".to_owned(),
+            id_header: defaults::ID_HEADER.to_owned(),
             exit_on_eof: false,
-            revoke_timeout: Duration::from_secs(30),
-            offsets_in_db: true,
+            revoke_timeout: defaults::REVOKE_TIMEOUT,
+            offsets_in_db: defaults::OFFSETS_IN_DB,
             dedup_window: None,
         }
     }
@@ -99,6 +100,7 @@ pub async fn run_with_stats<H: Handler>(
 ) -> Result<(), RunError> {
     config.kafka.check(config.offsets_in_db)?;
     warn_unsafe(&config.worker);
+    stats.telemetry.declare_reasons(H::REJECTIONS);
     stats
         .telemetry
         .set_unsafe_mode(&unsafe_switches(&config.worker));

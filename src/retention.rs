@@ -12,7 +12,7 @@
 //! dead-letters it instead of applying it again. UUIDv4 ids carry no time: their dedup window is
 //! the retention of their row, counted from when it was processed.
 
-pub mod days;
+use crate::days;
 pub mod delete;
 pub mod partition;
 pub mod settings;
@@ -24,9 +24,7 @@ use deadpool_postgres::{Pool, PoolError};
 use tokio_util::sync::CancellationToken;
 
 pub use partition::Layout;
-pub use settings::{
-    parse_retention, CleanupArgs, CleanupCommandArgs, MigrateArgs, RetentionSettings,
-};
+pub use settings::RetentionSettings;
 
 use crate::error::is_retryable_db;
 use partition::{DdlOutcome, DEFAULT_PARTITION};

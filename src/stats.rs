@@ -1,8 +1,13 @@
-//! Running totals of a processor, shared by its partition workers.
+//! The processor's one observer: every committed transaction is reported here once
+//! ([`Stats::record_batch`]), and everything that tells about a run reads from it: the counters
+//! (the summary log line, the run's totals), the Prometheus metrics ([`crate::telemetry`]), and,
+//! only when asked for ([`Stats::with_report`]), the latency distributions of the stats file.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::SystemTime;
 
-use crate::inbox::TxOutcome;
+use crate::metrics::Measured;
+use crate::outcome::{BatchSample, TxOutcome};
 
 /// Counters since the processor started. Updated after each COMMIT.
 #[derive(Debug, Default)]
@@ -35,8 +40,8 @@ pub struct Stats {
     /// Records whose offset was not the previous record's offset + 1 within one partition
     /// worker (a gap: records the source skipped; never expected with this project's producer).
     pub offset_gaps: AtomicU64,
-    /// Latency and batch-size measurements.
-    pub metrics: crate::metrics::Metrics,
+    /// Latency and batch-size distributions for `--stats-file`; only kept when asked for.
+    report: Option<crate::metrics::Metrics>,
     /// Prometheus metrics and live gauges (lag, in-flight batches, assigned partitions).
     pub telemetry: crate::telemetry::Telemetry,
 }
@@ -78,8 +83,36 @@ pub struct StatsSnapshot {
 }
 
 impl Stats {
-    /// Adds one committed transaction.
-    pub fn record(&self, o: &TxOutcome) {
+    /// Stats that also keep the latency and batch-size distributions of the run (its report).
+    pub fn with_report() -> Self {
+        Self {
+            report: Some(crate::metrics::Metrics::default()),
+            ..Self::default()
+        }
+    }
+
+    /// Records one committed transaction, `committed_at` being the wall-clock time of its COMMIT:
+    /// the counters, the Prometheus metrics and, when kept, the report's distributions.
+    pub fn record_batch(&self, o: &TxOutcome, sample: &BatchSample<'_>, committed_at: SystemTime) {
+        self.count(o);
+        self.telemetry.record_batch(o, sample, committed_at);
+        if let Some(report) = &self.report {
+            report.record_batch(sample, committed_at);
+        }
+    }
+
+    /// The report's distributions so far (`None` unless made [`Stats::with_report`]).
+    pub fn measured(&self) -> Option<Measured> {
+        self.report.as_ref().map(crate::metrics::Metrics::measured)
+    }
+
+    /// Counts one failed attempt that will be retried.
+    pub fn record_retry(&self) {
+        self.retries.fetch_add(1, Relaxed);
+        self.telemetry.record_retry();
+    }
+
+    fn count(&self, o: &TxOutcome) {
         self.records.fetch_add(o.received, Relaxed);
         self.new.fetch_add(o.new, Relaxed);
         self.duplicates.fetch_add(o.duplicates, Relaxed);

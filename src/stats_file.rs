@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::metrics::{RunSettings, StatsReport};
-use crate::stats::Stats;
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::{cpu_seconds, peak_rss_mb, Measured};
+use crate::stats::{Stats, StatsSnapshot};
 
 /// The writer of a stats file.
 #[derive(Debug)]
@@ -54,8 +56,84 @@ impl StatsFile {
 }
 
 fn write(path: &Path, settings: &RunSettings, stats: &Stats) -> std::io::Result<()> {
-    let report: StatsReport = stats.metrics.report(settings.clone(), stats.snapshot());
-    write_atomically(path, &report)
+    write_atomically(path, &StatsReport::of(settings.clone(), stats))
+}
+
+/// The settings a run was made with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunSettings {
+    /// `batched`, `per-message` or `consume-only`.
+    pub mode: String,
+    /// Most records per batch.
+    pub batch_size: u64,
+    /// Batch linger in milliseconds.
+    pub linger_ms: u64,
+    /// Database connections.
+    pub pool_size: u64,
+}
+
+/// What a run measured: the format of `run --stats-file` (documented in docs/OPERATIONS.md;
+/// fields are only ever added).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StatsReport {
+    /// The format's version, [`StatsReport::FORMAT`].
+    #[serde(default)]
+    pub format: u32,
+    /// The run's settings.
+    #[serde(default)]
+    pub settings: RunSettings,
+    /// Counters.
+    pub stats: StatsSnapshot,
+    /// Records per second over the window.
+    pub msgs_per_sec: f64,
+    /// Latencies, batch sizes and the throughput window (empty unless the stats were made
+    /// with [`Stats::with_report`]).
+    #[serde(flatten)]
+    pub measured: Measured,
+    /// Peak resident memory of the process.
+    pub peak_rss_mb: f64,
+    /// CPU time of the process (user + system), in seconds.
+    #[serde(default)]
+    pub cpu_s: f64,
+}
+
+impl StatsReport {
+    /// The current format version.
+    pub const FORMAT: u32 = 1;
+
+    /// The report of `stats` now, for a run with `settings`.
+    pub fn of(settings: RunSettings, stats: &Stats) -> Self {
+        let counters = stats.snapshot();
+        let measured = stats.measured().unwrap_or_default();
+        let secs = measured.window_s;
+        Self {
+            format: Self::FORMAT,
+            settings,
+            stats: counters,
+            msgs_per_sec: if secs > 0.0 {
+                counters.records as f64 / secs
+            } else {
+                0.0
+            },
+            measured,
+            peak_rss_mb: peak_rss_mb(),
+            cpu_s: cpu_seconds(),
+        }
+    }
+}
+
+impl std::ops::Deref for StatsReport {
+    type Target = Measured;
+
+    fn deref(&self) -> &Measured {
+        &self.measured
+    }
+}
+
+impl std::ops::DerefMut for StatsReport {
+    fn deref_mut(&mut self) -> &mut Measured {
+        &mut self.measured
+    }
 }
 
 /// Writes `value` as pretty JSON to `path` through a temporary file and a rename.
@@ -77,7 +155,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("bi-progress-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join("report.json");
-        let stats = Arc::new(Stats::default());
+        let stats = Arc::new(Stats::with_report());
         stats.records.store(7, Relaxed);
         let settings = RunSettings {
             mode: "batched".into(),

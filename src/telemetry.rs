@@ -18,15 +18,16 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::dead_letter::Reason;
-use crate::inbox::TxOutcome;
-use crate::metrics::{BatchSample, STAGES};
+use crate::outcome::{BatchSample, TxOutcome, STAGES};
+use crate::reason::Reason;
 pub use histogram::BatchHistogram;
 
 /// Labels of a per-partition series.
 type PartitionLabels = [(&'static str, String); 2];
 /// Labels with one key.
 type OneLabel = [(&'static str, &'static str); 1];
+/// The `reason` label of the dead-letter counter (handlers name their own reasons).
+type ReasonLabel = [(&'static str, String); 1];
 
 /// Metric name prefix.
 pub const PREFIX: &str = "batch_inbox";
@@ -38,8 +39,7 @@ pub struct Telemetry {
     consumed: Counter,
     new: Counter,
     duplicates: Counter,
-    dead_letters: Family<OneLabel, Counter>,
-    by_reason: Vec<Counter>,
+    dead_letters: Family<ReasonLabel, Counter>,
     batches: Counter,
     retries: Counter,
     batch_size: BatchHistogram,
@@ -67,15 +67,10 @@ fn latency_histogram() -> BatchHistogram {
 
 impl Default for Telemetry {
     fn default() -> Self {
-        let dead_letters = Family::<OneLabel, Counter>::default();
-        let by_reason = Reason::ALL
-            .iter()
-            .map(|r| {
-                dead_letters
-                    .get_or_create(&[("reason", r.as_str())])
-                    .clone()
-            })
-            .collect();
+        let dead_letters = Family::<ReasonLabel, Counter>::default();
+        for r in &Reason::PIPELINE {
+            drop(dead_letters.get_or_create(&[("reason", r.as_str().to_owned())]));
+        }
         let stages: Family<OneLabel, BatchHistogram, fn() -> BatchHistogram> =
             Family::new_with_constructor(latency_histogram);
         let by_stage = STAGES
@@ -87,7 +82,6 @@ impl Default for Telemetry {
             new: Counter::default(),
             duplicates: Counter::default(),
             dead_letters,
-            by_reason,
             batches: Counter::default(),
             retries: Counter::default(),
             batch_size: BatchHistogram::new(
@@ -130,10 +124,10 @@ impl Telemetry {
         self.consumed.inc_by(outcome.received);
         self.new.inc_by(outcome.new);
         self.duplicates.inc_by(outcome.duplicates);
-        for ((_, n), counter) in outcome.dead_letter_reasons.iter().zip(&self.by_reason) {
-            if n > 0 {
-                counter.inc_by(n);
-            }
+        for (reason, n) in outcome.dead_letter_reasons.iter() {
+            self.dead_letters
+                .get_or_create(&[("reason", reason.as_str().to_owned())])
+                .inc_by(n);
         }
         self.batches.inc();
         self.batch_size.observe(outcome.received as f64);
@@ -157,6 +151,17 @@ impl Telemetry {
         let latencies = sample.timestamps_ms.iter().flatten();
         self.end_to_end
             .observe_many(latencies.map(|ts| now_ms.saturating_sub(*ts).max(0) as f64 / 1000.0));
+    }
+
+    /// Shows the dead-letter counter of each of `reasons` (a handler's rejection reasons) from
+    /// the start, at 0, as the pipeline's own reasons are.
+    pub fn declare_reasons(&self, reasons: &[Reason]) {
+        for r in reasons {
+            drop(
+                self.dead_letters
+                    .get_or_create(&[("reason", r.as_str().to_owned())]),
+            );
+        }
     }
 
     /// Counts one failed attempt that will be retried.
@@ -360,14 +365,14 @@ fn labels(topic: &str, partition: i32) -> PartitionLabels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dead_letter::ReasonCounts;
+    use crate::reason::ReasonCounts;
     use std::time::{Duration, Instant};
 
     #[test]
     fn a_committed_batch_moves_each_counter_by_its_outcome() {
         let t = Telemetry::default();
-        let mut reasons = ReasonCounts::default();
-        reasons.0[Reason::InsufficientFunds as usize] = 2;
+        let funds = Reason::rejected("insufficient_funds");
+        let reasons = ReasonCounts::of([&funds, &funds]);
         let outcome = TxOutcome {
             received: 10,
             new: 7,
@@ -428,12 +433,5 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(&format!("batch_inbox_end_to_end_latency_seconds_sum {sum}")));
-    }
-
-    #[test]
-    fn reasons_are_listed_in_declaration_order() {
-        for (i, r) in Reason::ALL.iter().enumerate() {
-            assert_eq!(*r as usize, i, "{r}");
-        }
     }
 }

@@ -24,8 +24,8 @@ use crate::failpoint::failpoint;
 use crate::handler::Handler;
 use crate::inbox::{Inbox, Mode, TxOutcome};
 use crate::message::{Decoded, RawMessage};
-use crate::metrics::BatchSample;
 use crate::offsets::OffsetTracker;
+use crate::outcome::BatchSample;
 use crate::stats::Stats;
 
 mod poison;
@@ -296,8 +296,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 Err(e) => return Ok(Attempt::Failed(e)),
             };
             failures += 1;
-            self.stats.retries.fetch_add(1, Ordering::Relaxed);
-            self.stats.telemetry.record_retry();
+            self.stats.record_retry();
             let delay = self.settings.retry.delay(failures);
             tracing::warn!(
                 topic = %self.topic, partition = self.partition, offset = first_offset,
@@ -333,7 +332,6 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         timestamps_ms: &[Option<i64>],
     ) {
         let committed_at = std::time::SystemTime::now();
-        self.stats.record(outcome);
         failpoint!("after_commit_before_offset");
         let store_started = std::time::Instant::now();
         self.store_offset(last_offset);
@@ -345,10 +343,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             offset_store: store_started.elapsed(),
             timestamps_ms,
         };
-        self.stats.metrics.record_batch(&sample, committed_at);
-        self.stats
-            .telemetry
-            .record_batch(outcome, &sample, committed_at);
+        self.stats.record_batch(outcome, &sample, committed_at);
     }
 
     /// Stores the position after `last_offset` when it moves forward.

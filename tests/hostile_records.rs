@@ -50,7 +50,11 @@ fn ledger_fate(r: &Record, seen: &mut HashSet<Uuid>) -> Fate {
         return Fate::Dead("invalid_id");
     };
     match Entry::parse(r.value.as_deref()) {
-        Err((reason, _)) => Fate::Dead(reason.as_str()),
+        // The decoder's reasons are the pipeline's own: their texts are fixed.
+        Err((reason, _)) => Fate::Dead(match reason {
+            batch_inbox::reason::Reason::EmptyPayload => "empty_payload",
+            _ => "invalid_payload",
+        }),
         Ok(_) if seen.insert(id) => Fate::New,
         Ok(_) => Fate::Duplicate,
     }

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use batch_inbox::dead_letter::Reason;
 use batch_inbox::error::HandlerError;
 use batch_inbox::handler::{Handler, Rejection};
 use batch_inbox::message::{decode_batch, Decode, Decoded, Header, Message, RawMessage};
+use batch_inbox::reason::Reason;
 use batch_inbox::Transaction;
 use bytes::Bytes;
 use deadpool_postgres::Object;

@@ -5,7 +5,7 @@
 //! valid UTF-8 without NUL (PostgreSQL `text` refuses 0x00, SQLSTATE 22021; `jsonb` refuses
 //! `\u0000`, 22P05), of bounded length where the text comes from the record:
 //!
-//! - `message_id`: the id, when it is valid UTF-8 without NUL of at most [`MAX_ID_TEXT_BYTES`]
+//! - `message_id`: the id, when it is valid UTF-8 without NUL of at most [`crate::message::MAX_ID_TEXT_BYTES`]
 //!   bytes, else NULL; `message_id_raw` holds the id header's value exactly as received;
 //! - `detail`: NUL bytes written as `\0`, cut at a character boundary to at most
 //!   [`MAX_DETAIL_BYTES`] bytes, ending with `…` when cut;
@@ -20,14 +20,10 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
-use super::DeadLetter;
-use crate::message::RawMessage;
+use crate::message::{clean_text, id_text, DeadLetter, RawMessage};
 
 /// Longest `detail` stored, in bytes.
 pub const MAX_DETAIL_BYTES: usize = 1_000;
-
-/// Longest id text stored in `message_id`, in bytes (a UUID's text forms take at most 45).
-pub const MAX_ID_TEXT_BYTES: usize = 128;
 
 /// How the dead-letter rows of one transaction are built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +62,7 @@ pub struct Row<'a> {
     /// The id header's value as received.
     pub message_id_raw: Option<&'a [u8]>,
     /// The reason's stored text.
-    pub reason: &'static str,
+    pub reason: &'a str,
     /// The storable detail.
     pub detail: String,
     /// Record key.
@@ -110,20 +106,6 @@ pub fn row<'a>(letter: &'a DeadLetter, form: RowForm<'_>) -> Row<'a> {
             ..minimal
         },
     }
-}
-
-/// `bytes` as the text of `message_id`: valid UTF-8, no NUL, at most [`MAX_ID_TEXT_BYTES`].
-pub fn id_text(bytes: &[u8]) -> Option<&str> {
-    if bytes.len() > MAX_ID_TEXT_BYTES {
-        return None;
-    }
-    clean_text(bytes)
-}
-
-/// `bytes` as text when PostgreSQL can store it as text: valid UTF-8 without NUL.
-fn clean_text(bytes: &[u8]) -> Option<&str> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    (!text.contains('\0')).then_some(text)
 }
 
 /// `detail` with NUL written as `\0`, cut at a character boundary to [`MAX_DETAIL_BYTES`]
@@ -182,8 +164,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::dead_letter::Reason;
     use crate::message::Header;
+    use crate::reason::Reason;
 
     fn header(key: &'static [u8], value: Option<&'static [u8]>) -> Header {
         Header {
@@ -236,7 +218,7 @@ mod tests {
         let r = row(&nul, RowForm::full("id"));
         assert_eq!(r.message_id_raw, Some(&b"abc\0def"[..]));
         assert_eq!(r.message_id, None);
-        let long = "x".repeat(MAX_ID_TEXT_BYTES + 1);
+        let long = "x".repeat(crate::message::MAX_ID_TEXT_BYTES + 1);
         assert_eq!(id_text(long.as_bytes()), None);
         assert_eq!(id_text(&long.as_bytes()[1..]), Some(&long[1..]));
         assert_eq!(id_text(b"a\0"), None);

@@ -7,12 +7,14 @@
 use deadpool_postgres::Client;
 
 use super::{dedup_in_batch, insert_ids, rejected_letter, TxOutcome};
-use crate::dead_letter::{self, DeadLetter, Reason, RowForm};
+use crate::dead_letter::{self, RowForm};
 use crate::error::InboxError;
 use crate::failpoint::failpoint;
 use crate::handler::Handler;
+use crate::message::DeadLetter;
 use crate::message::{Decoded, Message};
 use crate::offset_table::{self, OffsetTarget};
+use crate::reason::Reason;
 
 /// See [`super::Inbox::dead_letter_poison`].
 pub(super) async fn dead_letter_poison<P>(

@@ -7,7 +7,7 @@
 use uuid::Uuid;
 
 use super::RawMessage;
-use crate::dead_letter::Reason;
+use crate::reason::Reason;
 
 /// Reads the message id from header `id_header`: the record must carry exactly one header of
 /// that name, with a value that [`parse_id`] accepts.
@@ -64,6 +64,23 @@ fn quote_prefix(text: &str, max_chars: usize) -> String {
         None => format!("{text:?}"),
         Some((end, _)) => format!("{:?}… ({} bytes)", &text[..end], text.len()),
     }
+}
+
+/// Longest id text stored in `message_id`, in bytes (a UUID's text forms take at most 45).
+pub const MAX_ID_TEXT_BYTES: usize = 128;
+
+/// `bytes` as the text of `message_id`: valid UTF-8, no NUL, at most [`MAX_ID_TEXT_BYTES`].
+pub fn id_text(bytes: &[u8]) -> Option<&str> {
+    if bytes.len() > MAX_ID_TEXT_BYTES {
+        return None;
+    }
+    clean_text(bytes)
+}
+
+/// `bytes` as text when PostgreSQL can store it as text: valid UTF-8 without NUL.
+pub(crate) fn clean_text(bytes: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    (!text.contains('\0')).then_some(text)
 }
 
 #[cfg(test)]

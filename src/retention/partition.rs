@@ -20,8 +20,8 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::Client;
 use tokio_postgres::error::SqlState;
 
-use super::days::{day_bounds, day_of_millis, day_of_partition, partition_name, unix_millis};
 use super::RetentionError;
+use crate::days::{day_bounds, day_of_millis, day_of_partition, partition_name, unix_millis};
 
 /// The default partition's name.
 pub const DEFAULT_PARTITION: &str = "inbox_default";
@@ -169,7 +169,7 @@ async fn oldest_v7_day(
         .await?
         .map(|r| r.get(0));
     Ok(oldest
-        .and_then(|id| super::days::v7_millis(&id))
+        .and_then(|id| crate::days::v7_millis(&id))
         .map(|ms| day_of_millis(ms).min(today)))
 }
 
@@ -217,7 +217,7 @@ pub fn expired_days(days: &[i64], cutoff: SystemTime) -> Vec<i64> {
     let cutoff_ms = unix_millis(cutoff);
     days.iter()
         .copied()
-        .filter(|&d| (d + 1) * super::days::DAY_MS <= cutoff_ms)
+        .filter(|&d| (d + 1) * crate::days::DAY_MS <= cutoff_ms)
         .collect()
 }
 
@@ -368,7 +368,7 @@ mod tests {
 
     #[test]
     fn a_day_expires_once_its_last_millisecond_is_older_than_the_cutoff() {
-        let day_ms = super::super::days::DAY_MS as u64;
+        let day_ms = crate::days::DAY_MS as u64;
         let cutoff = UNIX_EPOCH + Duration::from_millis(10 * day_ms);
         assert_eq!(expired_days(&[7, 8, 9, 10, 11], cutoff), vec![7, 8, 9]);
         let cutoff = UNIX_EPOCH + Duration::from_millis(10 * day_ms - 1);

@@ -189,8 +189,8 @@ fn push_halves<P>(stack: &mut Vec<Part<P>>, decoded: Decoded<P>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dead_letter::{DeadLetter, Reason};
     use crate::message::{tests::raw, Message};
+    use crate::{message::DeadLetter, reason::Reason};
     use std::sync::Arc;
 
     fn decoded(messages: &[i64], letters: &[i64]) -> Decoded<()> {

@@ -14,8 +14,8 @@ use std::time::Duration;
 use anyhow::Context;
 use batch_inbox::config::{DbArgs, KafkaArgs, PipelineArgs};
 use batch_inbox::consumer::KafkaSettings;
-use batch_inbox::metrics::RunSettings;
 use batch_inbox::stats::Stats;
+use batch_inbox::stats_file::RunSettings;
 use batch_inbox::stats_file::StatsFile;
 
 use crate::report::{read_stats, RunReport};
@@ -170,7 +170,7 @@ pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
     kafka.partition_eof = true;
     let mut config = args.pipeline.processor(kafka, true);
     config.worker.mode = batch_inbox::Mode::ConsumeOnly;
-    let stats = Arc::new(Stats::default());
+    let stats = Arc::new(Stats::with_report());
     let settings = RunSettings {
         mode: "consume-only".to_owned(),
         batch_size: args.pipeline.batch_size.get() as u64,

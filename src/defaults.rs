@@ -1,0 +1,46 @@
+//! Every default of the processor, named once: the command line's flags and the library's
+//! [`crate::ProcessorConfig::new`] and [`crate::retention::RetentionSettings::default`] all read
+//! them from here.
+
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+/// PostgreSQL when neither `--database-url` nor `DATABASE_URL` says otherwise.
+pub const DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/batch_inbox";
+/// Bootstrap servers.
+pub const BROKERS: &str = "127.0.0.1:9092";
+/// Topic consumed.
+pub const TOPIC: &str = "ledger";
+/// Consumer group.
+pub const GROUP: &str = "batch-inbox";
+/// Most records per batch.
+pub const BATCH_SIZE: NonZeroUsize = NonZeroUsize::new(1000).expect("1000 is not zero");
+/// Most bytes per batch (records with their overheads).
+pub const BATCH_MAX_BYTES: NonZeroUsize = NonZeroUsize::new(4 << 20).expect("4 MiB is not zero");
+/// Longest wait after a batch's first record, in milliseconds.
+pub const BATCH_LINGER_MS: u64 = 20;
+/// Database connections.
+pub const POOL_SIZE: NonZeroUsize = NonZeroUsize::new(8).expect("8 is not zero");
+/// Header carrying the message id.
+pub const ID_HEADER: &str = "id";
+/// How long a revoke waits for a partition's in-flight batch.
+pub const REVOKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Store each partition's next offset in the batch's transaction too.
+pub const OFFSETS_IN_DB: bool = true;
+/// Seconds between two background cleanups or partition preparations.
+pub const CLEANUP_INTERVAL_S: u64 = 300;
+/// Most inbox rows one cleanup DELETE removes.
+pub const CLEANUP_BATCH_ROWS: i64 = 5_000;
+/// Pause between two cleanup DELETEs, in milliseconds.
+pub const CLEANUP_PAUSE_MS: u64 = 50;
+/// `lock_timeout` of partition DDL, in milliseconds.
+pub const LOCK_TIMEOUT_MS: u64 = 200;
+/// Daily partitions prepared ahead of today.
+pub const PARTITIONS_AHEAD: u32 = 3;
+/// The retention of [`crate::retention::RetentionSettings::default`] (the command line has no
+/// default: `cleanup` requires one, `run` cleans nothing without one).
+pub const RETENTION: Duration = Duration::from_secs(7 * 86_400);
+/// Summary log line interval.
+pub const LOG_INTERVAL: &str = "10s";
+/// Stats file rewrite interval.
+pub const STATS_INTERVAL: &str = "1s";
