@@ -170,7 +170,7 @@ async fn unsafe_switches_show_in_metrics_and_on_every_summary_line() {
         .collect();
     let summaries: Vec<_> = lines
         .iter()
-        .filter(|l| l["target"] == "batch_inbox_tools::summary")
+        .filter(|l| l["target"] == "batch_inbox::summary")
         .collect();
     assert!(!summaries.is_empty(), "{}", out.stderr);
     for s in &summaries {
