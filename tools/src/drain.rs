@@ -170,6 +170,8 @@ pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
     kafka.partition_eof = true;
     let mut config = args.pipeline.processor(kafka, true);
     config.worker.mode = batch_inbox::Mode::ConsumeOnly;
+    // Nothing is written to the database: the group's position is Kafka's alone.
+    config.offsets_in_db = false;
     let stats = Arc::new(Stats::with_report());
     let settings = RunSettings {
         mode: "consume-only".to_owned(),
