@@ -66,8 +66,15 @@ cargo build --release --quiet --workspace --bins
 
 control=()
 if [ "$unsafe" = 1 ]; then
+  # The control's processors: a build with the test-only unsafe switches, copied aside, and the
+  # normal build put back, so that target/release/batch-inbox is never the unsafe one.
+  log "building the unsafe control's processor (feature unsafe-controls)"
+  cargo build --release --quiet -p batch-inbox --features unsafe-controls
+  cp ./target/release/batch-inbox "$work/batch-inbox-unsafe"
+  cargo build --release --quiet -p batch-inbox
+  export BATCH_INBOX_BIN="$work/batch-inbox-unsafe"
   for flag in "${UNSAFE_FLAGS[@]}"; do
-    if ! ./target/release/batch-inbox run "$flag" --help >/dev/null 2>&1; then
+    if ! "$BATCH_INBOX_BIN" run "$flag" --help >/dev/null 2>&1; then
       log "this build has no $flag: the control run cannot be made"
       exit 2
     fi

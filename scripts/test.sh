@@ -9,5 +9,6 @@ ensure_postgres
 # KAFKA_BROKERS: run the broker tests against that broker instead of a nisshi process.
 [ -n "${KAFKA_BROKERS:-}" ] || ensure_nisshi
 cargo test "$@"
-# The crash tests need the binary built with failpoints (off in every other build).
-cargo test --features failpoints --test faults "$@"
+# The crash tests need the binary built with failpoints, and their controls (and the unsafe
+# mode's visibility) the unsafe test-only switches: both are off in every other build.
+cargo test --features failpoints,unsafe-controls --test faults --test unsafe_settings "$@"

@@ -165,11 +165,13 @@ pub struct RunArgs {
     #[arg(long, env = "BATCH_INBOX_OFFSETS_IN_DB", default_value_t = defaults::OFFSETS_IN_DB, action = clap::ArgAction::Set)]
     pub offsets_in_db: bool,
     /// TEST-ONLY CONTROL, UNSAFE: store offsets before the database commit, so faults lose
-    /// messages. Exists to show that fault checks can fail.
+    /// messages. Exists to show that fault checks can fail (`unsafe-controls` builds only).
+    #[cfg(feature = "unsafe-controls")]
     #[arg(long, hide = true, env = "BATCH_INBOX_UNSAFE_OFFSETS_BEFORE_COMMIT")]
     pub unsafe_offsets_before_commit: bool,
     /// TEST-ONLY CONTROL, UNSAFE: no deduplication and no inbox rows, so redeliveries are
-    /// applied twice. Exists to show that fault checks can fail.
+    /// applied twice. Exists to show that fault checks can fail (`unsafe-controls` builds only).
+    #[cfg(feature = "unsafe-controls")]
     #[arg(long, hide = true, env = "BATCH_INBOX_UNSAFE_NO_INBOX")]
     pub unsafe_no_inbox: bool,
     #[command(flatten)]
@@ -258,8 +260,7 @@ impl PipelineArgs {
                 linger: Duration::from_millis(self.batch_linger_ms),
             },
             retry: RetryPolicy::default(),
-            unsafe_offsets_before_commit: false,
-            unsafe_no_inbox: false,
+            unsafe_controls: Default::default(),
         }
     }
 
@@ -284,8 +285,13 @@ impl RunArgs {
             overrides: self.kafka.properties.clone(),
         };
         let mut config = self.pipeline.processor(kafka, self.exit_on_eof);
-        config.worker.unsafe_offsets_before_commit = self.unsafe_offsets_before_commit;
-        config.worker.unsafe_no_inbox = self.unsafe_no_inbox;
+        #[cfg(feature = "unsafe-controls")]
+        {
+            config.worker.unsafe_controls = crate::unsafe_controls::UnsafeControls::new(
+                self.unsafe_offsets_before_commit,
+                self.unsafe_no_inbox,
+            );
+        }
         config.offsets_in_db = self.offsets_in_db;
         config.dedup_window = self.dedup_window.or(self.retention);
         config
@@ -386,8 +392,7 @@ mod tests {
         let Command::Run(run) = parse(&["run"]).unwrap().command else {
             panic!("not run")
         };
-        let w = run.processor().worker;
-        assert!(!w.unsafe_offsets_before_commit && !w.unsafe_no_inbox);
+        assert!(run.processor().worker.unsafe_controls.switches().is_empty());
         assert!(
             run.processor().offsets_in_db,
             "offsets in the database by default"
@@ -396,15 +401,16 @@ mod tests {
             panic!("not run")
         };
         assert!(!run.processor().offsets_in_db);
-        let Command::Run(run) =
-            parse(&["run", "--unsafe-offsets-before-commit", "--unsafe-no-inbox"])
-                .unwrap()
-                .command
-        else {
-            panic!("not run")
-        };
-        let w = run.processor().worker;
-        assert!(w.unsafe_offsets_before_commit && w.unsafe_no_inbox);
+        let unsafe_flags = ["run", "--unsafe-offsets-before-commit", "--unsafe-no-inbox"];
+        if cfg!(feature = "unsafe-controls") {
+            let Command::Run(run) = parse(&unsafe_flags).unwrap().command else {
+                panic!("not run")
+            };
+            assert_eq!(run.processor().worker.unsafe_controls.switches().len(), 2);
+        } else {
+            let err = parse(&unsafe_flags).unwrap_err().to_string();
+            assert!(err.contains("unexpected argument"), "{err}");
+        }
         let help = parse(&["run", "--help"]).unwrap_err().to_string();
         assert!(
             help.contains("--batch-size") && !help.contains("unsafe"),

@@ -32,11 +32,15 @@ use crate::message::{
 use crate::offset_table::{self, upsert_offset, OffsetTarget};
 pub use crate::outcome::{StageTimings, TxOutcome};
 use crate::reason::ReasonCounts;
+use crate::unsafe_controls::UnsafeControls;
 use crate::Transaction;
 
 mod refused;
 mod variants;
-use variants::apply_without_inbox;
+#[cfg(feature = "unsafe-controls")]
+mod without_inbox;
+#[cfg(feature = "unsafe-controls")]
+use without_inbox::apply_without_inbox;
 
 /// How messages are grouped into transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -94,7 +98,7 @@ pub struct Inbox<H: Handler> {
     handler: Arc<H>,
     id_header: Arc<str>,
     offsets_group: Option<Arc<str>>,
-    unsafe_no_inbox: bool,
+    unsafe_controls: UnsafeControls,
     dedup_window: Option<Duration>,
 }
 
@@ -106,7 +110,7 @@ impl<H: Handler> Inbox<H> {
             handler,
             id_header: id_header.into(),
             offsets_group: None,
-            unsafe_no_inbox: false,
+            unsafe_controls: UnsafeControls::default(),
             dedup_window: None,
         }
     }
@@ -132,10 +136,10 @@ impl<H: Handler> Inbox<H> {
         })
     }
 
-    /// TEST-ONLY, UNSAFE: when `on`, every message is treated as new: the dedup statement is
-    /// skipped and the inbox is not written, so redeliveries are applied again.
-    pub fn with_unsafe_no_inbox(mut self, on: bool) -> Self {
-        self.unsafe_no_inbox = on;
+    /// TEST-ONLY, UNSAFE: with `no_inbox` on, every message is treated as new: the dedup
+    /// statement is skipped and the inbox is not written, so redeliveries are applied again.
+    pub fn with_unsafe_controls(mut self, controls: UnsafeControls) -> Self {
+        self.unsafe_controls = controls;
         self
     }
 
@@ -169,10 +173,10 @@ impl<H: Handler> Inbox<H> {
         let mut client = self.pool.get().await?;
         let (handler, target) = (self.handler.as_ref(), self.target(batch));
         let at = (topic, partition);
-        let result = if self.unsafe_no_inbox {
-            apply_without_inbox(&mut client, handler, at, batch, target, rows).await
-        } else {
-            apply_batch(&mut client, handler, at, batch, target, rows).await
+        let result = match self.unsafe_controls.no_inbox() {
+            #[cfg(feature = "unsafe-controls")]
+            true => apply_without_inbox(&mut client, handler, at, batch, target, rows).await,
+            _ => apply_batch(&mut client, handler, at, batch, target, rows).await,
         };
         discard_if_broken(client, &result);
         result
@@ -189,10 +193,10 @@ impl<H: Handler> Inbox<H> {
         let mut client = self.pool.get().await?;
         let (handler, target) = (self.handler.as_ref(), self.target(record));
         let at = (topic, partition);
-        let result = if self.unsafe_no_inbox {
-            apply_without_inbox(&mut client, handler, at, record, target, rows).await
-        } else {
-            apply_one(&mut client, handler, at, record, target, rows).await
+        let result = match self.unsafe_controls.no_inbox() {
+            #[cfg(feature = "unsafe-controls")]
+            true => apply_without_inbox(&mut client, handler, at, record, target, rows).await,
+            _ => apply_one(&mut client, handler, at, record, target, rows).await,
         };
         discard_if_broken(client, &result);
         result

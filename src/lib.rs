@@ -52,6 +52,7 @@ pub mod secret;
 pub mod stats;
 pub mod stats_file;
 pub mod telemetry;
+pub mod unsafe_controls;
 pub mod worker;
 
 /// The transaction a handler works in.

@@ -194,7 +194,7 @@ async fn process(
     let stop_ops = stop.clone().drop_guard();
     let config = args.processor();
     // Before the listener starts: no scrape of an unsafe run reads 0.
-    let switches = batch_inbox::processor::unsafe_switches(&config.worker);
+    let switches = config.worker.unsafe_controls.switches();
     stats.telemetry.set_unsafe_mode(&switches);
     if let Some(addr) = args.ops.metrics_addr {
         let url = args.db.database_url.expose();

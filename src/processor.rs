@@ -58,8 +58,7 @@ impl ProcessorConfig {
                     linger: Duration::from_millis(defaults::BATCH_LINGER_MS),
                 },
                 retry: crate::worker::RetryPolicy::default(),
-                unsafe_offsets_before_commit: false,
-                unsafe_no_inbox: false,
+                unsafe_controls: crate::unsafe_controls::UnsafeControls::default(),
             },
             id_header: defaults::ID_HEADER.to_owned(),
             exit_on_eof: false,
@@ -99,14 +98,14 @@ pub async fn run_with_stats<H: Handler>(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     config.kafka.check(config.offsets_in_db)?;
-    warn_unsafe(&config.worker);
+    config.worker.unsafe_controls.warn();
     stats.telemetry.declare_reasons(H::REJECTIONS);
     stats
         .telemetry
-        .set_unsafe_mode(&unsafe_switches(&config.worker));
+        .set_unsafe_mode(&config.worker.unsafe_controls.switches());
     let inbox = Arc::new(
         Inbox::new(pool.clone(), handler, config.id_header.as_str())
-            .with_unsafe_no_inbox(config.worker.unsafe_no_inbox)
+            .with_unsafe_controls(config.worker.unsafe_controls)
             .with_offsets_in_db(config.offsets_in_db.then_some(config.kafka.group.as_str()))
             .with_dedup_window(config.dedup_window),
     );
@@ -130,20 +129,6 @@ pub async fn run_with_stats<H: Handler>(
     result
 }
 
-/// The unsafe test-only switches that are on, by flag name.
-pub fn unsafe_switches(settings: &WorkerSettings) -> Vec<&'static str> {
-    [
-        (
-            settings.unsafe_offsets_before_commit,
-            "--unsafe-offsets-before-commit",
-        ),
-        (settings.unsafe_no_inbox, "--unsafe-no-inbox"),
-    ]
-    .into_iter()
-    .filter_map(|(on, name)| on.then_some(name))
-    .collect()
-}
-
 /// The group's offsets in the database, for the `--exit-on-eof` check.
 fn stored_positions(pool: Pool, kafka: &KafkaSettings) -> StoredPositions {
     let (group, topic): (Arc<str>, Arc<str>) = (
@@ -158,22 +143,6 @@ fn stored_positions(pool: Pool, kafka: &KafkaSettings) -> StoredPositions {
                 .map_err(|e| e.to_string())
         })
     })
-}
-
-/// The unsafe controls exist for fault tests only: say so loudly.
-fn warn_unsafe(settings: &WorkerSettings) {
-    if settings.unsafe_offsets_before_commit {
-        tracing::warn!(
-            "UNSAFE: --unsafe-offsets-before-commit is set: offsets are stored BEFORE the database \
-             commit, so crashes and failures LOSE messages. Test-only control; never use it in production."
-        );
-    }
-    if settings.unsafe_no_inbox {
-        tracing::warn!(
-            "UNSAFE: --unsafe-no-inbox is set: no deduplication, redelivered messages are APPLIED \
-             TWICE. Test-only control; never use it in production."
-        );
-    }
 }
 
 fn spawner<H: Handler>(

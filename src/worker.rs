@@ -87,13 +87,8 @@ pub struct WorkerSettings {
     pub batcher: BatcherSettings,
     /// Retry schedule.
     pub retry: RetryPolicy,
-    /// TEST-ONLY, UNSAFE: store a batch's offsets before its transaction runs (the classic
-    /// at-most-once bug), so a crash or failure loses the batch. Exists so that fault tests can
-    /// show their checker detects loss.
-    pub unsafe_offsets_before_commit: bool,
-    /// TEST-ONLY, UNSAFE: skip the dedup statement and do not write the inbox, so redeliveries
-    /// are applied twice. Exists so that fault tests can show their checker detects it.
-    pub unsafe_no_inbox: bool,
+    /// TEST-ONLY, UNSAFE switches; off (the only value of a normal build).
+    pub unsafe_controls: crate::unsafe_controls::UnsafeControls,
 }
 
 /// The state of one assigned partition.
@@ -223,7 +218,9 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             closed: Instant::now().into_std(),
         };
         let last = batch.items.last().map(|m| m.offset);
-        if self.settings.unsafe_offsets_before_commit && self.settings.mode != Mode::PerMessage {
+        if self.settings.unsafe_controls.offsets_before_commit()
+            && self.settings.mode != Mode::PerMessage
+        {
             self.store_offset(last);
         }
         match self.settings.mode {
@@ -243,7 +240,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             }
             Mode::PerMessage => {
                 for raw in batch.items {
-                    if self.settings.unsafe_offsets_before_commit {
+                    if self.settings.unsafe_controls.offsets_before_commit() {
                         self.store_offset(Some(raw.offset));
                     }
                     let decoded = self.inbox.decode(vec![raw]);

@@ -2,7 +2,7 @@
 //! `kill -9`) before COMMIT, between COMMIT and the offset store, after the offset store and
 //! after a Kafka offset commit; a restart then reaches the model's exact state. A control run in
 //! a deliberately unsafe configuration under the same faults must be reported as wrong, or the
-//! check proves nothing.
+//! check proves nothing (the controls need the `unsafe-controls` feature too).
 //!
 //! No timing is assumed: the crashing run gets the first half of the input and runs until its
 //! failpoint fires (it has no `--exit-on-eof`), and the second half is produced only after the
@@ -277,6 +277,7 @@ async fn without_offsets_in_the_database_the_replayed_batch_adds_nothing() {
     assert_eq!(stats.replays_avoided, 0);
 }
 
+#[cfg(feature = "unsafe-controls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_check_reports_loss_when_offsets_are_committed_before_the_database() {
     let mut input = setup("control_loss", 600).await;
@@ -303,6 +304,7 @@ async fn the_check_reports_loss_when_offsets_are_committed_before_the_database()
     );
 }
 
+#[cfg(feature = "unsafe-controls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_check_reports_double_application_without_the_inbox() {
     let mut input = setup("control_double", 600).await;

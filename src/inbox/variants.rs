@@ -1,19 +1,17 @@
-//! Transactions beside the inbox transaction: the dead letter of a poison message, and the
-//! unsafe no-inbox control.
+//! A transaction beside the inbox transaction: the dead letter of a poison message.
 //!
-//! Invariant: both record the partition's next offset like the inbox transaction does, and
-//! the poison dead letter puts the message's id in the inbox, so a redelivery is a duplicate.
+//! Invariant: it records the partition's next offset like the inbox transaction does, and puts
+//! the message's id in the inbox, so a redelivery is a duplicate.
 
 use deadpool_postgres::Client;
 
-use super::{dedup_in_batch, insert_ids, rejected_letter, TxOutcome};
+use super::{dedup_in_batch, insert_ids, TxOutcome};
 use crate::dead_letter::{self, RowForm};
 use crate::error::InboxError;
 use crate::failpoint::failpoint;
-use crate::handler::Handler;
 use crate::message::DeadLetter;
 use crate::message::{Decoded, Message};
-use crate::offset_table::{self, OffsetTarget};
+use crate::offset_table::OffsetTarget;
 use crate::reason::Reason;
 
 /// See [`super::Inbox::dead_letter_poison`].
@@ -45,43 +43,6 @@ pub(super) async fn dead_letter_poison<P>(
         duplicates: (part.messages.len() - new_ids.len()) as u64,
         poisoned: new_ids.len() as u64,
         invalid: part.dead_letters.len() as u64,
-        dead_letters_written: written,
-        ..TxOutcome::default()
-    })
-}
-
-/// The UNSAFE control: the batched transaction without dedup (every record is new, in-batch
-/// copies included) and without inbox rows. Only for showing that fault checks detect double
-/// application.
-pub(super) async fn apply_without_inbox<H: Handler>(
-    client: &mut Client,
-    handler: &H,
-    (topic, partition): (&str, i32),
-    batch: &Decoded<H::Payload>,
-    target: Option<OffsetTarget<'_>>,
-    rows: RowForm<'_>,
-) -> Result<TxOutcome, InboxError> {
-    let tx = client.transaction().await?;
-    if let Some(t) = target {
-        offset_table::store(&tx, topic, partition, t).await?;
-    }
-    let rejections = handler.handle(&tx, &batch.messages).await?;
-    let mut letters = batch.dead_letters.clone();
-    letters.extend(
-        rejections
-            .iter()
-            .filter_map(|r| rejected_letter(&batch.messages, r)),
-    );
-    let written = dead_letter::insert(&tx, topic, partition, &letters, rows)
-        .await
-        .map_err(InboxError::DeadLetters)?;
-    failpoint!("before_commit");
-    tx.commit().await?;
-    Ok(TxOutcome {
-        received: (batch.messages.len() + batch.dead_letters.len()) as u64,
-        new: batch.messages.len() as u64,
-        rejected: rejections.len() as u64,
-        invalid: batch.dead_letters.len() as u64,
         dead_letters_written: written,
         ..TxOutcome::default()
     })

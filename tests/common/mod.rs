@@ -155,8 +155,7 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
                 initial: Duration::from_millis(20),
                 max: Duration::from_millis(500),
             },
-            unsafe_offsets_before_commit: false,
-            unsafe_no_inbox: false,
+            unsafe_controls: Default::default(),
         },
         id_header: "id".to_owned(),
         exit_on_eof: true,
@@ -356,7 +355,6 @@ pub fn worker_settings(mode: Mode, max_items: usize, max_bytes: usize) -> Worker
             linger: Duration::from_secs(60),
         },
         retry: RetryPolicy::default(),
-        unsafe_offsets_before_commit: false,
-        unsafe_no_inbox: false,
+        unsafe_controls: Default::default(),
     }
 }
