@@ -32,12 +32,8 @@ const V4_SIZES: [usize; 1] = [1_000];
 const TOPIC: &str = "bench";
 const PARTITION: i32 = 0;
 
-/// The batched dedup statement, verbatim from `src/inbox.rs` (`INSERT_IDS`, private there).
-const INSERT_IDS: &str = "\
-INSERT INTO inbox (message_id, topic, partition, \"offset\")
-SELECT id, $2, $3, o FROM unnest($1::uuid[], $4::bigint[]) AS t(id, o)
-ON CONFLICT (message_id) DO NOTHING
-RETURNING message_id";
+/// The batched dedup statement the pipeline runs (one source: `batch_inbox::sql`).
+use batch_inbox::sql::INSERT_IDS;
 
 fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -8,17 +8,11 @@ use crate::Transaction;
 use serde_json::Value;
 
 use crate::message::DeadLetter;
+use crate::sql::INSERT_DEAD_LETTERS;
 
 mod row;
 
 pub use row::{headers_json, row, storable_detail, Row, RowForm, MAX_DETAIL_BYTES};
-
-const INSERT_DEAD_LETTERS: &str = "\
-INSERT INTO dead_letters (topic, partition, \"offset\", message_id, message_id_raw, reason, detail, key, payload, headers)
-SELECT $1, $2, o, m, mr, r, d, k, p, h
-FROM unnest($3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bytea[], $9::bytea[], $10::jsonb[])
-     AS t(o, m, mr, r, d, k, p, h)
-ON CONFLICT (topic, partition, \"offset\") DO NOTHING";
 
 /// Writes the dead letters of one partition's batch in one statement, as rows of `form`;
 /// returns rows inserted (fewer than `letters.len()` when some were already recorded by an

@@ -29,9 +29,10 @@ use crate::message::DeadLetter;
 use crate::message::{
     decode_batch, dedup_in_batch, reject_outside_window, Decoded, Message, RawMessage,
 };
-use crate::offset_table::{self, upsert_offset, OffsetTarget};
+use crate::offset_table::{self, OffsetTarget};
 pub use crate::outcome::{StageTimings, TxOutcome};
 use crate::reason::ReasonCounts;
+use crate::sql::{INSERT_IDS, INSERT_IDS_AND_OFFSET, INSERT_ONE_ID, INSERT_ONE_ID_AND_OFFSET};
 use crate::unsafe_controls::UnsafeControls;
 use crate::Transaction;
 
@@ -56,41 +57,6 @@ pub enum Mode {
     #[value(skip)]
     ConsumeOnly,
 }
-
-macro_rules! insert_ids {
-    () => {
-        "INSERT INTO inbox (message_id, topic, partition, \"offset\")
-SELECT id, $2, $3, o FROM unnest($1::uuid[], $4::bigint[]) WITH ORDINALITY AS t(id, o, n)
-ORDER BY n
-ON CONFLICT (message_id) DO NOTHING
-RETURNING message_id"
-    };
-}
-
-macro_rules! insert_one_id {
-    () => {
-        "INSERT INTO inbox (message_id, topic, partition, \"offset\") VALUES ($1, $2, $3, $4)
-ON CONFLICT (message_id) DO NOTHING
-RETURNING message_id"
-    };
-}
-
-const INSERT_IDS: &str = insert_ids!();
-const INSERT_ONE_ID: &str = insert_one_id!();
-// The same statements, also upserting the partition's next offset ($5 group, $6 next offset) in
-// a data-modifying CTE: offsets in the database cost no extra round trip.
-const INSERT_IDS_AND_OFFSET: &str = concat!(
-    "WITH stored AS (",
-    upsert_offset!("$5", "$2", "$3", "$6"),
-    ") ",
-    insert_ids!()
-);
-const INSERT_ONE_ID_AND_OFFSET: &str = concat!(
-    "WITH stored AS (",
-    upsert_offset!("$5", "$2", "$3", "$6"),
-    ") ",
-    insert_one_id!()
-);
 
 /// Runs inbox transactions for one handler.
 pub struct Inbox<H: Handler> {

@@ -18,6 +18,9 @@ use crate::error::HandlerError;
 use crate::handler::{Handler, Rejection};
 use crate::message::{Decode, Message, RawMessage};
 use crate::reason::Reason;
+use crate::sql::ledger::{
+    APPLY_ONE, ENSURE_ACCOUNTS, ENSURE_ONE, LOCK_ACCOUNTS, READ_ONE, WRITE_BALANCES,
+};
 
 /// The ledger's rejection: a debit that would take the balance below zero.
 pub const INSUFFICIENT_FUNDS: Reason = Reason::rejected("insufficient_funds");
@@ -96,31 +99,6 @@ pub fn apply<'a>(
 /// The ledger handler.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Ledger;
-
-const ENSURE_ACCOUNTS: &str = "\
-INSERT INTO balances (account_id, amount)
-SELECT a, 0 FROM unnest($1::bigint[]) AS a ORDER BY a
-ON CONFLICT (account_id) DO NOTHING";
-
-const LOCK_ACCOUNTS: &str = "\
-SELECT account_id, amount FROM balances
-WHERE account_id = ANY($1::bigint[])
-ORDER BY account_id FOR UPDATE";
-
-const WRITE_BALANCES: &str = "\
-UPDATE balances AS b SET amount = v.amount
-FROM unnest($1::bigint[], $2::bigint[]) AS v(account_id, amount)
-WHERE b.account_id = v.account_id";
-
-const ENSURE_ONE: &str =
-    "INSERT INTO balances (account_id, amount) VALUES ($1, 0) ON CONFLICT (account_id) DO NOTHING";
-
-const APPLY_ONE: &str = "\
-UPDATE balances SET amount = amount + $2::bigint
-WHERE account_id = $1 AND amount::numeric + $2::bigint BETWEEN 0 AND 9223372036854775807
-RETURNING amount";
-
-const READ_ONE: &str = "SELECT amount FROM balances WHERE account_id = $1";
 
 /// Locks the accounts' rows in ascending order and returns their balances, creating missing
 /// accounts at 0 first. In the steady state (every account exists) this is one statement; a

@@ -49,6 +49,7 @@ pub mod reason;
 pub mod resume;
 pub mod retention;
 pub mod secret;
+pub mod sql;
 pub mod stats;
 pub mod stats_file;
 pub mod telemetry;

@@ -9,32 +9,8 @@ use std::collections::HashMap;
 use deadpool_postgres::Pool;
 
 use crate::error::InboxError;
+use crate::sql::{READ_OFFSETS as READ, READ_TOPIC_OFFSETS as READ_TOPIC, UPSERT_OFFSET as UPSERT};
 use crate::Transaction;
-
-/// The monotonic upsert of one partition's next offset, with its four parameters named by the
-/// caller (so that it can be a data-modifying CTE of another statement).
-macro_rules! upsert_offset {
-    ($group:literal, $topic:literal, $partition:literal, $next:literal) => {
-        concat!(
-            "INSERT INTO consumer_offsets AS c (group_id, topic, partition, next_offset, updated_at) ",
-            "VALUES (",
-            $group, ", ", $topic, ", ", $partition, ", ", $next,
-            ", now()) ON CONFLICT (group_id, topic, partition) DO UPDATE ",
-            "SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at ",
-            "WHERE c.next_offset < EXCLUDED.next_offset"
-        )
-    };
-}
-pub(crate) use upsert_offset;
-
-const UPSERT: &str = upsert_offset!("$1", "$2", "$3", "$4");
-
-const READ: &str = "\
-SELECT partition, next_offset FROM consumer_offsets
-WHERE group_id = $1 AND topic = $2 AND partition = ANY($3)";
-
-const READ_TOPIC: &str = "\
-SELECT partition, next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2";
 
 /// Where a transaction records its partition's next offset.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,113 @@
+//! Every SQL statement of the pipeline and of the reference handler, in one place: the code that
+//! runs them, the benchmarks that measure them and the tests that count them all read them from
+//! here, so that what is measured is what runs. (The retention's DELETE and partition DDL are
+//! built per table and day in `retention`.)
+
+/// The monotonic upsert of one partition's next offset, with its four parameters named by the
+/// caller (so that it can be a data-modifying CTE of another statement).
+macro_rules! upsert_offset {
+    ($group:literal, $topic:literal, $partition:literal, $next:literal) => {
+        concat!(
+            "INSERT INTO consumer_offsets AS c (group_id, topic, partition, next_offset, updated_at) ",
+            "VALUES (",
+            $group, ", ", $topic, ", ", $partition, ", ", $next,
+            ", now()) ON CONFLICT (group_id, topic, partition) DO UPDATE ",
+            "SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at ",
+            "WHERE c.next_offset < EXCLUDED.next_offset"
+        )
+    };
+}
+
+/// The monotonic upsert of one partition's next offset.
+pub const UPSERT_OFFSET: &str = upsert_offset!("$1", "$2", "$3", "$4");
+
+/// The stored next offsets of some partitions of a topic for a group.
+pub const READ_OFFSETS: &str = "\
+SELECT partition, next_offset FROM consumer_offsets
+WHERE group_id = $1 AND topic = $2 AND partition = ANY($3)";
+
+/// The stored next offset of every partition of a topic for a group.
+pub const READ_TOPIC_OFFSETS: &str = "\
+SELECT partition, next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2";
+
+macro_rules! insert_ids {
+    () => {
+        "INSERT INTO inbox (message_id, topic, partition, \"offset\")
+SELECT id, $2, $3, o FROM unnest($1::uuid[], $4::bigint[]) WITH ORDINALITY AS t(id, o, n)
+ORDER BY n
+ON CONFLICT (message_id) DO NOTHING
+RETURNING message_id"
+    };
+}
+
+macro_rules! insert_one_id {
+    () => {
+        "INSERT INTO inbox (message_id, topic, partition, \"offset\") VALUES ($1, $2, $3, $4)
+ON CONFLICT (message_id) DO NOTHING
+RETURNING message_id"
+    };
+}
+
+/// The batched dedup: inserts a batch's ids (unique, sorted) and returns those that were new.
+pub const INSERT_IDS: &str = insert_ids!();
+/// The per-message dedup: inserts one id, returns it when it was new.
+pub const INSERT_ONE_ID: &str = insert_one_id!();
+// The same statements, also upserting the partition's next offset ($5 group, $6 next offset) in
+// a data-modifying CTE: offsets in the database cost no extra round trip.
+/// [`INSERT_IDS`] with the partition's next offset upserted in the same statement.
+pub const INSERT_IDS_AND_OFFSET: &str = concat!(
+    "WITH stored AS (",
+    upsert_offset!("$5", "$2", "$3", "$6"),
+    ") ",
+    insert_ids!()
+);
+/// [`INSERT_ONE_ID`] with the partition's next offset upserted in the same statement.
+pub const INSERT_ONE_ID_AND_OFFSET: &str = concat!(
+    "WITH stored AS (",
+    upsert_offset!("$5", "$2", "$3", "$6"),
+    ") ",
+    insert_one_id!()
+);
+
+/// The dead letters of one partition's batch, one row per Kafka position (a redelivery adds
+/// nothing).
+pub const INSERT_DEAD_LETTERS: &str = "\
+INSERT INTO dead_letters (topic, partition, \"offset\", message_id, message_id_raw, reason, detail, key, payload, headers)
+SELECT $1, $2, o, m, mr, r, d, k, p, h
+FROM unnest($3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bytea[], $9::bytea[], $10::jsonb[])
+     AS t(o, m, mr, r, d, k, p, h)
+ON CONFLICT (topic, partition, \"offset\") DO NOTHING";
+
+/// The ledger's statements.
+pub mod ledger {
+    /// Creates missing accounts at 0, in ascending order.
+    pub const ENSURE_ACCOUNTS: &str = "\
+    INSERT INTO balances (account_id, amount)
+    SELECT a, 0 FROM unnest($1::bigint[]) AS a ORDER BY a
+    ON CONFLICT (account_id) DO NOTHING";
+
+    /// Locks the batch's accounts in ascending order and reads their balances.
+    pub const LOCK_ACCOUNTS: &str = "\
+    SELECT account_id, amount FROM balances
+    WHERE account_id = ANY($1::bigint[])
+    ORDER BY account_id FOR UPDATE";
+
+    /// Writes the batch's final balances.
+    pub const WRITE_BALANCES: &str = "\
+    UPDATE balances AS b SET amount = v.amount
+    FROM unnest($1::bigint[], $2::bigint[]) AS v(account_id, amount)
+    WHERE b.account_id = v.account_id";
+
+    /// Creates one account at 0 when missing (per-message path).
+    pub const ENSURE_ONE: &str =
+    "INSERT INTO balances (account_id, amount) VALUES ($1, 0) ON CONFLICT (account_id) DO NOTHING";
+
+    /// Applies one amount when the balance stays within 0 and `i64::MAX` (per-message path).
+    pub const APPLY_ONE: &str = "\
+    UPDATE balances SET amount = amount + $2::bigint
+    WHERE account_id = $1 AND amount::numeric + $2::bigint BETWEEN 0 AND 9223372036854775807
+    RETURNING amount";
+
+    /// Reads one balance (to say why an amount was refused).
+    pub const READ_ONE: &str = "SELECT amount FROM balances WHERE account_id = $1";
+}
