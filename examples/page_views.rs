@@ -3,9 +3,8 @@
 //! in-process mock cluster; PostgreSQL: `DATABASE_URL`, else database `batch_inbox_example`.
 use std::{collections::BTreeMap, future::pending, sync::Arc};
 
-use batch_inbox::message::{Decode, Message, RawMessage};
-use batch_inbox::{consumer::KafkaSettings, error::HandlerError, reason::Reason};
 use batch_inbox::{db, Handler, ProcessorConfig};
+use batch_inbox::{Decode, HandlerError, KafkaSettings, Message, RawMessage, Reason};
 use batch_inbox::{Rejection, Transaction};
 use rdkafka::{message::OwnedHeaders, producer::FutureProducer, producer::FutureRecord};
 

@@ -324,7 +324,7 @@ fn describe(
     out
 }
 
-/// A setting's text as `--print-config` shows it, secrets hidden (see [`crate::secret`]): the
+/// A setting's text as `--print-config` shows it, secrets hidden (see module `secret`): the
 /// password of the database URL in any form, the value of a sensitive `-X` property, the whole
 /// value of any other flag whose environment value `--help` hides, and the password of any URL.
 pub fn redact(arg: &clap::Arg, value: &str) -> String {

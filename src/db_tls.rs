@@ -18,10 +18,13 @@ use tokio_postgres::NoTls;
 use crate::error::DbError;
 
 /// The environment variable naming the CA certificates (PEM) that verify the server.
-pub const ROOT_CERT_VAR: &str = "PGSSLROOTCERT";
+pub(crate) const ROOT_CERT_VAR: &str = "PGSSLROOTCERT";
 
 /// A connection manager for `config`: TLS when its `sslmode` is `require`, plain otherwise.
-pub fn manager(config: tokio_postgres::Config, mc: ManagerConfig) -> Result<Manager, DbError> {
+pub(crate) fn manager(
+    config: tokio_postgres::Config,
+    mc: ManagerConfig,
+) -> Result<Manager, DbError> {
     if config.get_ssl_mode() != SslMode::Require {
         return Ok(Manager::from_config(config, NoTls, mc));
     }
@@ -37,7 +40,7 @@ pub fn manager(config: tokio_postgres::Config, mc: ManagerConfig) -> Result<Mana
 
 /// An OpenSSL connector: verifying against `root` (a PEM file of CA certificates), or, without
 /// it, encrypting only.
-pub fn connector(root: Option<&Path>) -> Result<MakeTlsConnector, DbError> {
+pub(crate) fn connector(root: Option<&Path>) -> Result<MakeTlsConnector, DbError> {
     let tls = |e: openssl::error::ErrorStack| DbError::Tls(e.to_string());
     let mut builder = SslConnector::builder(SslMethod::tls()).map_err(tls)?;
     match root {

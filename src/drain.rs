@@ -116,7 +116,7 @@ pub fn partition_ends<C: Consumer<X>, X: ConsumerContext>(
     Ok(ends)
 }
 
-/// The group-wide end-of-topic check, run at most every [`DrainWatch::EVERY`] while this member's
+/// The group-wide end-of-topic check, run at most every 250 ms while this member's
 /// partitions are at their end; the broker requests run off the async threads.
 pub struct DrainWatch {
     stored: Option<StoredPositions>,

@@ -18,46 +18,209 @@
 //! stored only after the COMMIT that covers them). Together: exactly once per id, as long as the
 //! inbox still holds the id when a copy arrives.
 //!
-//! A service implements [`Handler`]; [`ledger::Ledger`] is the reference implementation.
-//! [`retention`] keeps the inbox from growing without bound (batched deletes, or daily partitions
-//! by UUIDv7 time dropped whole) and guards the dedup window it leaves.
+//! ## Using it
+//!
+//! A service implements [`Handler`] (its payload type implements [`Decode`]) and calls [`run`]
+//! with a [`ProcessorConfig`] and a pool from [`db::connect`], after [`db::migrate`]. The handler
+//! gets only messages whose ids are new, in partition order, and only the batch's
+//! [`Transaction`]; it returns the messages it refuses ([`Rejection`], with a [`Reason`] it
+//! names). [`ledger::Ledger`] is the reference implementation; [`retention`] keeps the inbox from
+//! growing without bound and guards the dedup window it leaves. [`Stats`] counts a run as it goes.
+//!
+//! ## Layout
+//!
+//! The modules, in data-flow order (all private but the three above; the root re-exports the
+//! API):
+//!
+//! - `config`, `config_file`, `secret`, `defaults`: the command line, its config file, the
+//!   secrets it never shows, and every default.
+//! - `consumer`: the group member (librdkafka), one queue per partition, rebalances, headers read
+//!   as bytes, refused settings; `drain`: when `--exit-on-eof` may exit; `resume`: start offsets
+//!   from the database.
+//! - `batcher`: the pure per-partition micro-batcher (size / bytes / linger).
+//! - `message`: the owned record and its decoding (ids, payloads, dead letters); `reason`: why a
+//!   message is not applied; `days`: UUIDv7 time.
+//! - `worker`: one partition's loop: batches, retries, poison isolation, offsets stored only
+//!   after COMMIT (`offsets`: the contiguous committed position).
+//! - `inbox`: the transaction (dedup, handler, dead letters, next offset, COMMIT);
+//!   `dead_letter`: storable dead-letter rows; `offset_table`: offsets in the database; `sql`:
+//!   every statement; `handler`: the business trait; `ledger`: the reference handler.
+//! - `processor`: the wiring of the above.
+//! - `outcome`, `stats`, `telemetry`, `metrics`, `stats_file`, `exporter`, `logging`: what a run
+//!   did, observed once and shown as counters, Prometheus metrics, the stats file, probes and
+//!   log lines.
+//! - `retention`, `db`, `db_tls`, `error`, `failpoint`, `unsafe_controls`: inbox retention, the
+//!   pool and migrations, TLS, error types, and the test-only hooks.
+#![warn(missing_docs, unreachable_pub)]
 
-pub mod batcher;
-pub mod config;
-pub mod config_file;
-pub mod consumer;
-pub mod days;
+mod batcher;
+mod config;
+mod config_file;
+mod consumer;
+mod days;
 pub mod db;
-pub mod db_tls;
-pub mod dead_letter;
-pub mod defaults;
-pub mod drain;
-pub mod error;
-pub mod exporter;
-pub mod failpoint;
-pub mod handler;
-pub mod inbox;
+mod db_tls;
+mod dead_letter;
+mod defaults;
+mod drain;
+mod error;
+mod exporter;
+mod failpoint;
+mod handler;
+mod inbox;
 pub mod ledger;
-pub mod logging;
-pub mod message;
-pub mod metrics;
-pub mod offset_table;
-pub mod offsets;
-pub mod outcome;
-pub mod processor;
-pub mod reason;
-pub mod resume;
+mod logging;
+mod message;
+mod metrics;
+mod offset_table;
+mod offsets;
+mod outcome;
+mod processor;
+mod reason;
+mod resume;
 pub mod retention;
-pub mod secret;
-pub mod sql;
-pub mod stats;
-pub mod stats_file;
-pub mod telemetry;
-pub mod unsafe_controls;
-pub mod worker;
+mod secret;
+mod sql;
+mod stats;
+mod stats_file;
+mod telemetry;
+mod unsafe_controls;
+mod worker;
 
+pub use batcher::BatcherSettings;
+pub use consumer::KafkaSettings;
 /// The transaction a handler works in.
 pub use deadpool_postgres::Transaction;
+pub use error::{DbError, HandlerError, InboxError, KafkaClientError, RunError};
 pub use handler::{Handler, Rejection};
 pub use inbox::Mode;
-pub use processor::{run, ProcessorConfig};
+pub use message::{Decode, Header, Message, RawMessage};
+pub use metrics::{Measured, Percentiles};
+pub use processor::{run, run_with_stats, ProcessorConfig};
+pub use reason::{InvalidReason, Reason, RejectReason};
+pub use stats::{Stats, StatsSnapshot};
+pub use stats_file::{RunSettings, StatsFile, StatsReport};
+pub use unsafe_controls::UnsafeControls;
+pub use worker::{RetryPolicy, WorkerSettings};
+
+/// Not part of the API: the modules this crate's binary, its toolbox (`batch-inbox-tools`) and
+/// its tests reach into, mirrored. Anything here may change at any time.
+#[doc(hidden)]
+pub mod internal {
+    #[allow(missing_docs)]
+    pub mod batcher {
+        pub use crate::batcher::*;
+    }
+    #[allow(missing_docs)]
+    pub mod config {
+        pub use crate::config::*;
+    }
+    #[allow(missing_docs)]
+    pub mod config_file {
+        pub use crate::config_file::*;
+    }
+    #[allow(missing_docs)]
+    pub mod consumer {
+        pub use crate::consumer::*;
+    }
+    #[allow(missing_docs)]
+    pub mod days {
+        pub use crate::days::*;
+    }
+    #[allow(missing_docs)]
+    pub mod dead_letter {
+        pub use crate::dead_letter::*;
+    }
+    #[allow(missing_docs)]
+    pub mod defaults {
+        pub use crate::defaults::*;
+    }
+    #[allow(missing_docs)]
+    pub mod drain {
+        pub use crate::drain::*;
+    }
+    #[allow(missing_docs)]
+    pub mod error {
+        pub use crate::error::*;
+    }
+    #[allow(missing_docs)]
+    pub mod exporter {
+        pub use crate::exporter::*;
+    }
+    #[allow(missing_docs)]
+    pub mod failpoint {
+        pub use crate::failpoint::*;
+    }
+    #[allow(missing_docs)]
+    pub mod handler {
+        pub use crate::handler::*;
+    }
+    #[allow(missing_docs)]
+    pub mod inbox {
+        pub use crate::inbox::*;
+    }
+    #[allow(missing_docs)]
+    pub mod logging {
+        pub use crate::logging::*;
+    }
+    #[allow(missing_docs)]
+    pub mod message {
+        pub use crate::message::*;
+    }
+    #[allow(missing_docs)]
+    pub mod metrics {
+        pub use crate::metrics::*;
+    }
+    #[allow(missing_docs)]
+    pub mod offset_table {
+        pub use crate::offset_table::*;
+    }
+    #[allow(missing_docs)]
+    pub mod offsets {
+        pub use crate::offsets::*;
+    }
+    #[allow(missing_docs)]
+    pub mod outcome {
+        pub use crate::outcome::*;
+    }
+    #[allow(missing_docs)]
+    pub mod processor {
+        pub use crate::processor::*;
+    }
+    #[allow(missing_docs)]
+    pub mod reason {
+        pub use crate::reason::*;
+    }
+    #[allow(missing_docs)]
+    pub mod resume {
+        pub use crate::resume::*;
+    }
+    #[allow(missing_docs)]
+    pub mod secret {
+        pub use crate::secret::*;
+    }
+    #[allow(missing_docs)]
+    pub mod sql {
+        pub use crate::sql::*;
+    }
+    #[allow(missing_docs)]
+    pub mod stats {
+        pub use crate::stats::*;
+    }
+    #[allow(missing_docs)]
+    pub mod stats_file {
+        pub use crate::stats_file::*;
+    }
+    #[allow(missing_docs)]
+    pub mod telemetry {
+        pub use crate::telemetry::*;
+    }
+    #[allow(missing_docs)]
+    pub mod unsafe_controls {
+        pub use crate::unsafe_controls::*;
+    }
+    #[allow(missing_docs)]
+    pub mod worker {
+        pub use crate::worker::*;
+    }
+}

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use batch_inbox::config::{CleanupCommandArgs, Command, MigrateArgs, RunArgs};
-use batch_inbox::config_file::{self, ConfigError, Source};
-use batch_inbox::stats::Stats;
-use batch_inbox::stats_file::RunSettings;
+use batch_inbox::internal::config::{CleanupCommandArgs, Command, MigrateArgs, RunArgs};
+use batch_inbox::internal::config_file::{self, ConfigError, Source};
+use batch_inbox::internal::stats::Stats;
+use batch_inbox::internal::stats_file::RunSettings;
 use batch_inbox::{db, ledger::Ledger, retention};
 use clap::ValueEnum;
 use tokio_util::sync::CancellationToken;
@@ -26,7 +26,7 @@ async fn main() -> std::process::ExitCode {
     // Failpoints (fault tests only) are configured by the FAILPOINTS environment variable.
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    batch_inbox::logging::init(loaded.cli.log_format);
+    batch_inbox::internal::logging::init(loaded.cli.log_format);
     let result = match loaded.cli.command {
         Command::Migrate(args) => migrate(args).await,
         Command::Cleanup(args) => cleanup(args).await,
@@ -56,9 +56,9 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     let applied = db::migrate(&pool).await?;
     println!("migrations applied: {applied:?}");
     if args.partitioned {
-        let today = batch_inbox::days::day_of_millis(batch_inbox::days::unix_millis(
-            std::time::SystemTime::now(),
-        ));
+        let today = batch_inbox::internal::days::day_of_millis(
+            batch_inbox::internal::days::unix_millis(std::time::SystemTime::now()),
+        );
         let mut client = pool.get().await?;
         match retention::partition::convert(&mut client, today, args.partitions_ahead).await? {
             Some(c) => println!(
@@ -137,7 +137,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => Stats::default(),
     });
     let stats_file = args.ops.stats_file.clone().map(|path| {
-        batch_inbox::stats_file::StatsFile::start(
+        batch_inbox::internal::stats_file::StatsFile::start(
             path,
             settings_of(&args),
             stats.clone(),
@@ -198,11 +198,19 @@ async fn process(
     stats.telemetry.set_unsafe_mode(&switches);
     if let Some(addr) = args.ops.metrics_addr {
         let url = args.db.database_url.expose();
-        batch_inbox::exporter::start(addr, url, pool.clone(), stats.clone(), stop.clone()).await?;
+        batch_inbox::internal::exporter::start(
+            addr,
+            url,
+            pool.clone(),
+            stats.clone(),
+            stop.clone(),
+        )
+        .await?;
     }
-    let summary = batch_inbox::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
+    let summary =
+        batch_inbox::internal::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
     let summary = tokio::spawn(summary);
-    let result = batch_inbox::processor::run_with_stats(
+    let result = batch_inbox::internal::processor::run_with_stats(
         config,
         pool.clone(),
         Arc::new(Ledger),

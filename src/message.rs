@@ -220,7 +220,7 @@ pub fn dedup_in_batch<T>(items: &mut Vec<T>, id: impl Fn(&T) -> Uuid) -> usize {
 pub(crate) mod tests {
     use super::*;
 
-    pub fn raw(offset: i64, id: Option<&str>, payload: &str) -> RawMessage {
+    pub(crate) fn raw(offset: i64, id: Option<&str>, payload: &str) -> RawMessage {
         RawMessage {
             topic: Arc::from("t"),
             partition: 0,

@@ -32,7 +32,7 @@ pub struct ProcessorConfig {
     /// Header carrying the message id.
     pub id_header: String,
     /// Return once every partition of the topic is committed to its end by the group (this
-    /// member's and the others'; see [`crate::drain`]).
+    /// member's and the others'; see module `drain`).
     pub exit_on_eof: bool,
     /// How long a revoke waits for a partition's in-flight batch.
     pub revoke_timeout: Duration,
@@ -44,7 +44,7 @@ pub struct ProcessorConfig {
 }
 
 impl ProcessorConfig {
-    /// The defaults of the command line ([`crate::defaults`]) for `kafka`: batched, 1000
+    /// The defaults of the command line (module `defaults`) for `kafka`: batched, 1000
     /// records or 4 MiB per batch, 20 ms linger, header `id`, run until shut down.
     pub fn new(kafka: KafkaSettings) -> Self {
         use crate::defaults;

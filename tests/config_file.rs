@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use batch_inbox::config::Command as Sub;
-use batch_inbox::config_file::{load, ConfigError, Source};
+use batch_inbox::internal::config::Command as Sub;
+use batch_inbox::internal::config_file::{load, ConfigError, Source};
 
 const FILE: &str = r#"
 batch-size = 500

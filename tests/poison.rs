@@ -9,12 +9,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use batch_inbox::error::HandlerError;
-use batch_inbox::inbox::Inbox;
+use batch_inbox::internal::error::HandlerError;
+use batch_inbox::internal::inbox::Inbox;
+use batch_inbox::internal::message::{Header, Message, RawMessage};
+use batch_inbox::internal::stats::{Stats, StatsSnapshot};
+use batch_inbox::internal::worker::{Input, PartitionWorker};
 use batch_inbox::ledger::{Entry, Ledger};
-use batch_inbox::message::{Header, Message, RawMessage};
-use batch_inbox::stats::{Stats, StatsSnapshot};
-use batch_inbox::worker::{Input, PartitionWorker};
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use bytes::Bytes;
 use common::*;

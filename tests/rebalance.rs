@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use batch_inbox::internal::stats::Stats;
 use batch_inbox::ledger::Ledger;
-use batch_inbox::stats::Stats;
 use batch_inbox::Mode;
 use batch_inbox_tools::generate::{Generator, GeneratorSettings, Model};
 use batch_inbox_tools::verify::{differences, observe};
@@ -30,7 +30,7 @@ fn start(kafka: &Kafka, pool: &Pool) -> Member {
     cfg.exit_on_eof = false;
     let stats = Arc::new(Stats::default());
     let (stop, stopped) = oneshot::channel::<()>();
-    let run = batch_inbox::processor::run_with_stats(
+    let run = batch_inbox::internal::processor::run_with_stats(
         cfg,
         pool.clone(),
         Arc::new(Ledger),

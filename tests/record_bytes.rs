@@ -10,9 +10,9 @@ mod raw_producer;
 
 use std::time::Duration;
 
-use batch_inbox::consumer::KafkaSettings;
-use batch_inbox::message::{Header, RawMessage};
-use batch_inbox::stats::StatsSnapshot;
+use batch_inbox::internal::consumer::KafkaSettings;
+use batch_inbox::internal::message::{Header, RawMessage};
+use batch_inbox::internal::stats::StatsSnapshot;
 use batch_inbox::Mode;
 use broker::Broker;
 use bytes::Bytes;

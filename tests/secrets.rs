@@ -14,8 +14,8 @@ mod postgres;
 use std::process::Command;
 use std::time::Duration;
 
-use batch_inbox::config::Command as Sub;
-use batch_inbox::secret::LIBRDKAFKA_SENSITIVE;
+use batch_inbox::internal::config::Command as Sub;
+use batch_inbox::internal::secret::LIBRDKAFKA_SENSITIVE;
 use common::{db_name, fresh_db, uuid, Kafka};
 
 const PW: &str = "Sup3rS3cretPw";
@@ -238,7 +238,7 @@ async fn a_refused_kafka_property_is_named_without_its_value() {
         panic!("a producer with an unknown property")
     };
     assert!(!format!("{err} {err:?}").contains(PW), "{err}");
-    let mut kafka = batch_inbox::consumer::KafkaSettings::new("127.0.0.1:1", "t", "g");
+    let mut kafka = batch_inbox::internal::consumer::KafkaSettings::new("127.0.0.1:1", "t", "g");
     kafka.overrides = vec![
         ("security.protocol".to_owned(), "ssl".to_owned()),
         ("ssl.key.pem".to_owned(), PW.to_owned()),
@@ -258,7 +258,7 @@ fn debug_of_the_configuration_types_hides_secrets() {
     let url = format!("postgres://app:{PW}@db/x");
     let sasl = format!("sasl.password={PW}");
     let pem = format!("ssl.key.pem={PW}");
-    let loaded = batch_inbox::config_file::load([
+    let loaded = batch_inbox::internal::config_file::load([
         "batch-inbox",
         "run",
         "--database-url",

@@ -5,11 +5,11 @@ mod common;
 
 use std::sync::Arc;
 
-use batch_inbox::inbox::Inbox;
+use batch_inbox::internal::inbox::Inbox;
+use batch_inbox::internal::message::{Header, RawMessage};
+use batch_inbox::internal::stats::Stats;
+use batch_inbox::internal::worker::{Input, PartitionWorker};
 use batch_inbox::ledger::Ledger;
-use batch_inbox::message::{Header, RawMessage};
-use batch_inbox::stats::Stats;
-use batch_inbox::worker::{Input, PartitionWorker};
 use batch_inbox::Mode;
 use bytes::Bytes;
 use common::*;

@@ -6,12 +6,12 @@ mod common;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use batch_inbox::error::HandlerError;
-use batch_inbox::inbox::Inbox;
+use batch_inbox::internal::error::HandlerError;
+use batch_inbox::internal::inbox::Inbox;
+use batch_inbox::internal::message::{Header, Message, RawMessage};
+use batch_inbox::internal::stats::Stats;
+use batch_inbox::internal::worker::{Input, PartitionWorker};
 use batch_inbox::ledger::{Entry, Ledger};
-use batch_inbox::message::{Header, Message, RawMessage};
-use batch_inbox::stats::Stats;
-use batch_inbox::worker::{Input, PartitionWorker};
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use bytes::Bytes;
 use common::*;

@@ -1,14 +1,14 @@
 //! The processor's side of the retention bench: batches of new ids through the library's inbox
-//! transaction (`batch_inbox::inbox::apply_batch`, a handler that does nothing), timed per batch.
+//! transaction (`batch_inbox::internal::inbox::apply_batch`, a handler that does nothing), timed per batch.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use batch_inbox::error::HandlerError;
-use batch_inbox::handler::{Handler, Rejection};
-use batch_inbox::message::{decode_batch, Decode, Decoded, Header, Message, RawMessage};
-use batch_inbox::reason::Reason;
+use batch_inbox::internal::error::HandlerError;
+use batch_inbox::internal::handler::{Handler, Rejection};
+use batch_inbox::internal::message::{decode_batch, Decode, Decoded, Header, Message, RawMessage};
+use batch_inbox::internal::reason::Reason;
 use batch_inbox::Transaction;
 use bytes::Bytes;
 use deadpool_postgres::Object;
@@ -100,10 +100,11 @@ pub fn histogram() -> Histogram<u64> {
 /// Applies one batch; checks that every id was new. Returns its latency.
 pub async fn apply(client: &mut Object, batch: &Decoded<Nothing>) -> Result<Duration> {
     let started = Instant::now();
-    let rows = batch_inbox::dead_letter::RowForm::full("id");
-    let outcome = batch_inbox::inbox::apply_batch(client, &Noop, ("bench", 0), batch, None, rows)
-        .await
-        .context("the inbox transaction")?;
+    let rows = batch_inbox::internal::dead_letter::RowForm::full("id");
+    let outcome =
+        batch_inbox::internal::inbox::apply_batch(client, &Noop, ("bench", 0), batch, None, rows)
+            .await
+            .context("the inbox transaction")?;
     if outcome.new != batch.messages.len() as u64 {
         bail!("{} of {} ids were new", outcome.new, batch.messages.len());
     }

@@ -1,5 +1,5 @@
 //! The retention's typed settings: how old a row may get, and how gently it is removed (the
-//! flags that set them are in [`crate::config`]).
+//! flags that set them are in module `config`).
 
 use std::time::Duration;
 

@@ -8,8 +8,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use batch_inbox::internal::stats::Stats;
 use batch_inbox::ledger::Ledger;
-use batch_inbox::stats::Stats;
 use batch_inbox::{Handler, ProcessorConfig};
 use deadpool_postgres::Pool;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -32,7 +32,7 @@ impl Member {
         super::init_tracing();
         let stats = Arc::new(Stats::default());
         let (stop, stopped) = oneshot::channel::<()>();
-        let run = batch_inbox::processor::run_with_stats(
+        let run = batch_inbox::internal::processor::run_with_stats(
             cfg,
             pool.clone(),
             handler,

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use batch_inbox::batcher::BatcherSettings;
-use batch_inbox::consumer::KafkaSettings;
+use batch_inbox::internal::batcher::BatcherSettings;
+use batch_inbox::internal::consumer::KafkaSettings;
+use batch_inbox::internal::stats::StatsSnapshot;
+use batch_inbox::internal::worker::{RetryPolicy, WorkerSettings};
 use batch_inbox::ledger::Ledger;
-use batch_inbox::stats::StatsSnapshot;
-use batch_inbox::worker::{RetryPolicy, WorkerSettings};
 use batch_inbox::{db, Mode, ProcessorConfig};
 use deadpool_postgres::Pool;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -316,8 +316,8 @@ pub fn ledger_record(
     id: &str,
     account: i64,
     amount: i64,
-) -> batch_inbox::message::RawMessage {
-    batch_inbox::message::RawMessage {
+) -> batch_inbox::internal::message::RawMessage {
+    batch_inbox::internal::message::RawMessage {
         topic: Arc::from("t"),
         partition: 0,
         offset,
@@ -326,7 +326,7 @@ pub fn ledger_record(
         payload: Some(bytes::Bytes::from(format!(
             r#"{{"account_id":{account},"amount":{amount}}}"#
         ))),
-        headers: vec![batch_inbox::message::Header {
+        headers: vec![batch_inbox::internal::message::Header {
             key: "id".into(),
             value: Some(bytes::Bytes::copy_from_slice(id.as_bytes())),
         }],
@@ -338,7 +338,7 @@ pub fn ledger_record(
 #[derive(Default)]
 pub struct Recorded(pub std::sync::Mutex<Vec<i64>>);
 
-impl batch_inbox::worker::OffsetSink for Recorded {
+impl batch_inbox::internal::worker::OffsetSink for Recorded {
     fn store(&self, _topic: &str, _partition: i32, next_offset: i64) -> Result<(), String> {
         self.0.lock().unwrap().push(next_offset);
         Ok(())

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::generate::Record;
-use batch_inbox::error::DbError;
+use batch_inbox::internal::error::DbError;
 use members::{Cluster, MemberSpec};
 use nemesis::{Nemesis, NemesisSettings};
 use offsets::GroupOffsets;
@@ -379,7 +379,7 @@ fn write_report(args: &ChaosArgs, plan: &Plan, report: &ChaosReport) -> Result<(
         format!("chaos-{}.json", plan.stamp)
     };
     let path = args.results_dir.join(name);
-    batch_inbox::stats_file::write_atomically(&path, report)?;
+    batch_inbox::internal::stats_file::write_atomically(&path, report)?;
     println!("results   {}", path.display());
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use batch_inbox::config::{DbArgs, KafkaArgs, PipelineArgs};
+use batch_inbox::internal::config::{DbArgs, KafkaArgs, PipelineArgs};
 use clap::{Args, Parser, Subcommand};
 
 use crate::generate::{GeneratorSettings, KeyDistribution};

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use batch_inbox::config::{DbArgs, KafkaArgs, PipelineArgs};
-use batch_inbox::consumer::KafkaSettings;
-use batch_inbox::stats::Stats;
-use batch_inbox::stats_file::RunSettings;
-use batch_inbox::stats_file::StatsFile;
+use batch_inbox::internal::config::{DbArgs, KafkaArgs, PipelineArgs};
+use batch_inbox::internal::consumer::KafkaSettings;
+use batch_inbox::internal::stats::Stats;
+use batch_inbox::internal::stats_file::RunSettings;
+use batch_inbox::internal::stats_file::StatsFile;
 
 use crate::report::{read_stats, RunReport};
 
@@ -76,7 +76,7 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         }
         None => Vec::new(),
     };
-    batch_inbox::stats_file::write_atomically(&args.report, &report)
+    batch_inbox::internal::stats_file::write_atomically(&args.report, &report)
         .with_context(|| format!("writing {}", args.report.display()))?;
     if !diffs.is_empty() {
         anyhow::bail!(
@@ -158,7 +158,7 @@ pub struct ConsumeOnlyArgs {
     #[arg(long)]
     pub stats_file: PathBuf,
     /// How often the stats file is rewritten.
-    #[arg(long, default_value = "1s", value_parser = batch_inbox::logging::parse_interval)]
+    #[arg(long, default_value = "1s", value_parser = batch_inbox::internal::logging::parse_interval)]
     pub stats_interval: Duration,
 }
 
@@ -186,7 +186,7 @@ pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
         args.stats_interval,
     );
     let handler = Arc::new(batch_inbox::ledger::Ledger);
-    let result = batch_inbox::processor::run_with_stats(
+    let result = batch_inbox::internal::processor::run_with_stats(
         config,
         pool,
         handler,

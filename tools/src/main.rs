@@ -9,7 +9,7 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    batch_inbox::logging::init(batch_inbox::logging::LogFormat::Text);
+    batch_inbox::internal::logging::init(batch_inbox::internal::logging::LogFormat::Text);
     let result = match cli.command {
         Command::Produce(args) => produce(args).await,
         Command::Verify(args) => verify(args).await,

@@ -13,7 +13,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
 use crate::generate::Record;
-use batch_inbox::error::KafkaClientError;
+use batch_inbox::internal::error::KafkaClientError;
 
 /// Most records awaiting delivery at once.
 const IN_FLIGHT: usize = 20_000;

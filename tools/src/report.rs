@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use batch_inbox::stats_file::StatsReport;
+use batch_inbox::internal::stats_file::StatsReport;
 use serde::{Deserialize, Serialize};
 
 /// One run of the load test.

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::report::RunReport;
-use batch_inbox::metrics::Percentiles;
+use batch_inbox::internal::metrics::Percentiles;
 
 /// Failure to read the reports or write the summary.
 #[derive(Debug, thiserror::Error)]
