@@ -1,0 +1,188 @@
+//! Concurrent inbox transactions: the inbox's primary key arbitrates between two sessions that
+//! insert the same id, and sorted locks keep batches over the same accounts from deadlocking.
+
+use crate::common;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use batch_inbox::internal::error::HandlerError;
+use batch_inbox::internal::inbox::Inbox;
+use batch_inbox::internal::message::Message;
+use batch_inbox::ledger::{Entry, Ledger};
+use batch_inbox::{Handler, Rejection, Transaction};
+use common::*;
+use deadpool_postgres::Pool;
+use tokio::sync::oneshot;
+
+/// The ledger, pausing after its work (just before COMMIT) until told to commit or roll back.
+struct PausesBeforeCommit {
+    paused: Mutex<Option<oneshot::Sender<()>>>,
+    decision: Mutex<Option<oneshot::Receiver<bool>>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("told to roll back")]
+struct RollBack;
+
+impl Handler for PausesBeforeCommit {
+    type Payload = Entry;
+
+    async fn handle(
+        &self,
+        tx: &Transaction<'_>,
+        messages: &[Message<Entry>],
+    ) -> Result<Vec<Rejection>, HandlerError> {
+        let rejected = Ledger.handle(tx, messages).await?;
+        let paused = self.paused.lock().unwrap().take().expect("called once");
+        let decision = self.decision.lock().unwrap().take().expect("called once");
+        paused.send(()).unwrap();
+        match decision.await {
+            Ok(true) => Ok(rejected),
+            _ => Err(HandlerError::Other(Box::new(RollBack))),
+        }
+    }
+}
+
+async fn sessions_waiting_on_a_lock(pool: &Pool) -> i64 {
+    let c = pool.get().await.unwrap();
+    c.query_one(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Session A inserts id X and pauses before COMMIT; session B inserts X too and must wait on
+/// A's row; A then commits or rolls back, and B skips or applies X accordingly.
+async fn second_session_follows_the_first(name: &str, first_commits: bool) {
+    let (_, pool) = fresh_db(name).await;
+    let (paused_tx, paused_rx) = oneshot::channel();
+    let (decide_tx, decide_rx) = oneshot::channel();
+    let first = Inbox::new(
+        pool.clone(),
+        Arc::new(PausesBeforeCommit {
+            paused: Mutex::new(Some(paused_tx)),
+            decision: Mutex::new(Some(decide_rx)),
+        }),
+        "id",
+    );
+    let second = Inbox::new(pool.clone(), Arc::new(Ledger), "id");
+    let x = uuid(1);
+
+    let a_batch = first.decode(vec![ledger_record(0, &x, 7, 100)]);
+    let a = tokio::spawn(async move { first.apply_batch("t", 0, &a_batch).await });
+    paused_rx.await.expect("A reached its COMMIT");
+
+    let b_batch = second.decode(vec![
+        ledger_record(1, &x, 7, 100),
+        ledger_record(2, &uuid(2), 7, 5),
+    ]);
+    let b = tokio::spawn(async move { second.apply_batch("t", 1, &b_batch).await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while sessions_waiting_on_a_lock(&pool).await < 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "B never waited on A"
+        );
+        assert!(!b.is_finished(), "B finished while A held X uncommitted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    decide_tx.send(first_commits).unwrap();
+    let a = a.await.unwrap();
+    let b = b.await.unwrap().expect("B commits either way");
+    assert_eq!(a.is_ok(), first_commits, "{a:?}");
+    let t = tables(&pool).await;
+    if first_commits {
+        assert_eq!(
+            (b.new, b.duplicates),
+            (1, 1),
+            "B skips X, applies its other id"
+        );
+        assert_eq!(t.inbox.iter().find(|r| r.0.to_string() == x).unwrap().2, 0);
+    } else {
+        assert_eq!((b.new, b.duplicates), (2, 0), "B applies X itself");
+        assert_eq!(t.inbox.iter().find(|r| r.0.to_string() == x).unwrap().2, 1);
+    }
+    assert_eq!(t.balances, vec![(7, 105)], "X applied exactly once");
+    assert_eq!(t.inbox.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_held_by_an_uncommitted_session_is_skipped_once_it_commits() {
+    second_session_follows_the_first("pause_commit", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_held_by_an_uncommitted_session_is_applied_once_it_rolls_back() {
+    second_session_follows_the_first("pause_rollback", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_over_the_same_accounts_in_opposite_orders_never_deadlock() {
+    let (_, pool) = fresh_db("opposite_orders").await;
+    let inbox = Arc::new(Inbox::new(pool.clone(), Arc::new(Ledger), "id"));
+    let accounts: Vec<i64> = (1..=6).collect();
+    let mut expected: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut applied: HashMap<String, (i64, i64)> = HashMap::new();
+    let mut next = 0u32;
+    for round in 0..1000i64 {
+        // Two batches over the same accounts, one ascending and one descending, sharing two ids
+        // (one of the two sessions applies each) and each with ids of its own.
+        let shared = [uuid(next), uuid(next + 1)];
+        next += 2;
+        let mut sides = Vec::new();
+        for order in [accounts.clone(), accounts.iter().rev().copied().collect()] {
+            let mut records = Vec::new();
+            for (i, account) in order.iter().enumerate() {
+                let id = uuid(next);
+                next += 1;
+                records.push(ledger_record(
+                    round * 10 + i as i64,
+                    &id,
+                    *account,
+                    1 + round % 7,
+                ));
+                applied.insert(id, (*account, 1 + round % 7));
+            }
+            // The same two copies on both sides (accounts 1 and 6), whichever commits first.
+            records.insert(
+                0,
+                ledger_record(round * 10 + 8, &shared[0], order[0].min(order[5]), 3),
+            );
+            records.push(ledger_record(
+                round * 10 + 9,
+                &shared[1],
+                order[0].max(order[5]),
+                4,
+            ));
+            sides.push(inbox.decode(records));
+        }
+        applied.insert(shared[0].clone(), (accounts[0], 3));
+        applied.insert(shared[1].clone(), (accounts[5], 4));
+        let (left, right) = (sides.remove(0), sides.remove(0));
+        let (i1, i2) = (inbox.clone(), inbox.clone());
+        let a = tokio::spawn(async move { i1.apply_batch("t", 0, &left).await });
+        let b = tokio::spawn(async move { i2.apply_batch("t", 1, &right).await });
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        let (a, b) = match (a, b) {
+            (Ok(a), Ok(b)) => (a, b),
+            other => panic!("round {round}: {other:?}"),
+        };
+        assert_eq!(
+            a.new + b.new,
+            14,
+            "round {round}: each shared id applied by one side"
+        );
+    }
+    for (account, amount) in applied.values() {
+        *expected.entry(*account).or_insert(0) += amount;
+    }
+    let t = tables(&pool).await;
+    assert_eq!(t.balances, expected.into_iter().collect::<Vec<_>>());
+    assert_eq!(t.inbox.len(), 1000 * 14);
+}

@@ -1,0 +1,37 @@
+//! The integration tests, one binary (one link of librdkafka and the PostgreSQL client instead
+//! of one per file): each module is one former test file, against the real PostgreSQL, the mock
+//! cluster or a real broker process, each on its own database and topic.
+
+mod common;
+
+mod bad_input;
+mod broker_fetch;
+mod cli;
+mod concurrency;
+mod config_file;
+mod db_start_offsets;
+mod db_tls;
+mod dead_letter_rows;
+mod e2e;
+mod exit_on_eof;
+#[cfg(feature = "failpoints")]
+mod faults;
+mod hostile_records;
+mod ops;
+mod outages;
+mod panic;
+mod partitions;
+mod pipeline;
+mod poison;
+mod readyz;
+mod rebalance;
+mod rebalance_faults;
+mod record_bytes;
+mod retention;
+mod retry;
+mod secrets;
+mod statements;
+mod topic_retention;
+mod unsafe_settings;
+mod worker_gaps;
+mod worker_stop;

@@ -1,0 +1,196 @@
+//! The pipeline end to end: mock Kafka cluster → processor → real PostgreSQL.
+//! Each test has its own database, cluster and topic.
+
+use crate::common;
+use batch_inbox::Mode;
+use batch_inbox_tools::generate::{generate, GeneratorSettings};
+use batch_inbox_tools::verify::{differences, observe};
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_across_batches_are_applied_once() {
+    let (_, pool) = fresh_db("dup_across").await;
+    let kafka = Kafka::new("dup-across", 1);
+    for i in 0..30 {
+        kafka.send_entry(0, &uuid(i), 1, 10).await;
+    }
+    // The same ids again, 30 records later: other batches of 10.
+    for i in 0..30 {
+        kafka.send_entry(0, &uuid(i), 1, 10).await;
+    }
+    let stats = drain(config(kafka.settings("g"), Mode::Batched, 10), &pool).await;
+    assert_eq!((stats.records, stats.new, stats.duplicates), (60, 30, 30));
+    let t = tables(&pool).await;
+    assert_eq!(t.balances, vec![(1, 300)]);
+    assert_eq!(t.inbox.len(), 30);
+    assert!(
+        t.inbox.iter().all(|(_, _, offset)| *offset < 30),
+        "first copies recorded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_inside_one_batch_are_applied_once() {
+    let (_, pool) = fresh_db("dup_inside").await;
+    let kafka = Kafka::new("dup-inside", 1);
+    // a, a, b, a, b: one batch of 5.
+    for i in [1, 1, 2, 1, 2] {
+        kafka.send_entry(0, &uuid(i), 7, i as i64 * 100).await;
+    }
+    let stats = drain(config(kafka.settings("g"), Mode::Batched, 5), &pool).await;
+    assert_eq!(stats.transactions, 1, "one batch");
+    assert_eq!((stats.new, stats.duplicates), (2, 3));
+    let t = tables(&pool).await;
+    assert_eq!(t.balances, vec![(7, 300)]);
+    let offsets: Vec<i64> = t.inbox.iter().map(|r| r.2).collect();
+    assert_eq!(offsets, vec![0, 2], "the first occurrence of each id wins");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redelivery_after_restart_without_offset_commit_applies_nothing_twice() {
+    let (_, pool) = fresh_db("redelivery").await;
+    let kafka = Kafka::new("redelivery", 4);
+    let (records, expected) = generate(GeneratorSettings {
+        messages: 3_000,
+        accounts: 50,
+        ..GeneratorSettings::default()
+    });
+    kafka.send_generated(records).await;
+    let first = drain(config(kafka.settings("first"), Mode::Batched, 200), &pool).await;
+    assert_eq!(first.records, 3_000);
+    let before = tables(&pool).await;
+    // A member of a group with no committed offset gets everything again, exactly as a
+    // processor restarted after a crash that lost its offset commit.
+    let again = drain(config(kafka.settings("second"), Mode::Batched, 200), &pool).await;
+    assert_eq!(again.records, 3_000);
+    assert_eq!(again.new, 0, "every RETURNING of the replay is empty");
+    assert_eq!(
+        again.dead_letters_written, 0,
+        "dead letters are not written twice"
+    );
+    assert_eq!(tables(&pool).await, before);
+    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
+    assert_eq!(differences(&observed, &expected), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_offsets_mean_a_restarted_member_reads_nothing_again() {
+    let (_, pool) = fresh_db("restart_same_group").await;
+    let kafka = Kafka::new("restart-same-group", 2);
+    for i in 0..100 {
+        kafka
+            .send_entry((i % 2) as i32, &uuid(i), i as i64 % 5, 1)
+            .await;
+    }
+    let first = drain(config(kafka.settings("g"), Mode::Batched, 30), &pool).await;
+    assert_eq!(first.records, 100);
+    kafka.send_entry(0, &uuid(1000), 1, 1).await;
+    let second = drain(config(kafka.settings("g"), Mode::Batched, 30), &pool).await;
+    assert_eq!(
+        second.records, 1,
+        "only the record produced after the commit"
+    );
+    assert_eq!(second.new, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processors_handed_the_same_messages_apply_each_once() {
+    let (_, pool) = fresh_db("two_processors").await;
+    let kafka = Kafka::new("two-processors", 4);
+    let (records, expected) = generate(GeneratorSettings {
+        messages: 4_000,
+        accounts: 30,
+        ..GeneratorSettings::default()
+    });
+    kafka.send_generated(records).await;
+    // Two groups: both processors receive every message, concurrently, on one database.
+    let (a, b) = tokio::join!(
+        drain(config(kafka.settings("a"), Mode::Batched, 100), &pool),
+        drain(config(kafka.settings("b"), Mode::Batched, 100), &pool),
+    );
+    assert_eq!(a.records + b.records, 8_000);
+    assert_eq!(
+        a.new + b.new,
+        expected.new,
+        "each id applied by exactly one of them"
+    );
+    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
+    assert_eq!(differences(&observed, &expected), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_modes_leave_identical_state() {
+    let input = GeneratorSettings {
+        messages: 2_000,
+        accounts: 20,
+        duplicate_ratio: 0.2,
+        bad_ratio: 0.05,
+        debit_ratio: 0.5,
+        id_version: 4,
+        seed: 42,
+        ..GeneratorSettings::default()
+    };
+    let (records, expected) = generate(input);
+    let kafka = Kafka::new("modes", 3);
+    kafka.send_generated(records).await;
+
+    let (_, batched) = fresh_db("modes_batched").await;
+    let (_, per_message) = fresh_db("modes_per_message").await;
+    let b = drain(
+        config(kafka.settings("batched"), Mode::Batched, 500),
+        &batched,
+    )
+    .await;
+    let p = drain(
+        config(kafka.settings("per-message"), Mode::PerMessage, 500),
+        &per_message,
+    )
+    .await;
+
+    assert_eq!(p.transactions, 2_000, "one transaction per message");
+    assert!(
+        b.transactions < 50,
+        "{} batched transactions",
+        b.transactions
+    );
+    assert_eq!(
+        (b.new, b.duplicates, b.rejected, b.invalid),
+        (p.new, p.duplicates, p.rejected, p.invalid)
+    );
+    let tb = tables(&batched).await;
+    assert_eq!(tb, tables(&per_message).await);
+    assert!(tb.dead_letters.iter().any(|d| d.3 == "insufficient_funds"));
+    assert!(tb.dead_letters.iter().any(|d| d.3 == "invalid_payload"));
+    let observed = observe(&**batched.get().await.unwrap()).await.unwrap();
+    assert_eq!(differences(&observed, &expected), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insufficient_funds_respects_per_account_order() {
+    for mode in [Mode::Batched, Mode::PerMessage] {
+        let name = format!("order_{mode:?}").to_lowercase();
+        let (_, pool) = fresh_db(&name).await;
+        let kafka = Kafka::new(&name, 1);
+        // account 1: +10, -15 (refused: 10 < 15), +10, -15 (accepted: 20 - 15 = 5)
+        for (i, amount) in [10, -15, 10, -15].into_iter().enumerate() {
+            kafka.send_entry(0, &uuid(i as u32), 1, amount).await;
+        }
+        // account 2: a first debit is refused, and still creates the account at 0
+        kafka.send_entry(0, &uuid(10), 2, -1).await;
+        let stats = drain(config(kafka.settings("g"), mode, 100), &pool).await;
+        assert_eq!((stats.new, stats.rejected), (5, 2), "{mode:?}");
+        let t = tables(&pool).await;
+        assert_eq!(t.balances, vec![(1, 5), (2, 0)], "{mode:?}");
+        let refused: Vec<(i64, &str)> =
+            t.dead_letters.iter().map(|d| (d.1, d.3.as_str())).collect();
+        assert_eq!(
+            refused,
+            vec![(1, "insufficient_funds"), (4, "insufficient_funds")]
+        );
+        assert_eq!(
+            t.inbox.len(),
+            5,
+            "refused messages stay in the inbox: never re-evaluated"
+        );
+    }
+}

@@ -1,0 +1,232 @@
+//! A message the handler fails on for a non-transient reason (a poison message) is isolated by
+//! bisecting its batch: exactly that message is dead-lettered with the handler's error, every
+//! other message is applied, the partition moves on, and it costs about 2·log2(n) transactions.
+
+use crate::common;
+use std::collections::HashSet;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use batch_inbox::internal::error::HandlerError;
+use batch_inbox::internal::inbox::Inbox;
+use batch_inbox::internal::message::{Header, Message, RawMessage};
+use batch_inbox::internal::stats::{Stats, StatsSnapshot};
+use batch_inbox::internal::worker::{Input, PartitionWorker};
+use batch_inbox::ledger::{Entry, Ledger};
+use batch_inbox::{Handler, Mode, Rejection, Transaction};
+use bytes::Bytes;
+use common::*;
+use deadpool_postgres::Pool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// The ledger, except that any transaction holding a poison id fails with a division by zero
+/// (SQLSTATE 22012: not transient).
+struct PoisonLedger {
+    poison: HashSet<Uuid>,
+}
+
+impl Handler for PoisonLedger {
+    type Payload = Entry;
+
+    async fn handle(
+        &self,
+        tx: &Transaction<'_>,
+        messages: &[Message<Entry>],
+    ) -> Result<Vec<Rejection>, HandlerError> {
+        if messages.iter().any(|m| self.poison.contains(&m.id)) {
+            tx.batch_execute("SELECT 1 / 0").await?;
+        }
+        Ledger.handle(tx, messages).await
+    }
+}
+
+/// Record `offset`: a credit of `offset + 1` to account `offset % 5`, id `uuid(offset)`; or,
+/// when `bad`, a value that is not JSON.
+fn record(offset: i64, bad: bool) -> RawMessage {
+    let value = match bad {
+        true => "not json".to_owned(),
+        false => format!(r#"{{"account_id":{},"amount":{}}}"#, offset % 5, offset + 1),
+    };
+    RawMessage {
+        topic: Arc::from("t"),
+        partition: 0,
+        offset,
+        timestamp_ms: None,
+        key: None,
+        payload: Some(Bytes::from(value)),
+        headers: vec![Header {
+            key: "id".into(),
+            value: Some(Bytes::from(uuid(offset as u32))),
+        }],
+        header_error: None,
+    }
+}
+
+fn id(offset: i64) -> Uuid {
+    Uuid::parse_str(&uuid(offset as u32)).unwrap()
+}
+
+/// Runs one worker over records `0..n` (one batch of `n` when batched), with the given poison
+/// and undecodable offsets. Returns its stats and the offsets it stored.
+async fn run(
+    pool: &Pool,
+    mode: Mode,
+    n: i64,
+    poison: &[i64],
+    bad: &[i64],
+) -> (StatsSnapshot, Vec<i64>) {
+    let handler = Arc::new(PoisonLedger {
+        poison: poison.iter().map(|o| id(*o)).collect(),
+    });
+    let sink = Arc::new(Recorded::default());
+    let stats = Arc::new(Stats::default());
+    let settings = worker_settings(mode, n as usize, 1usize << 20);
+    let inbox = Inbox::new(pool.clone(), handler, "id").with_offsets_in_db(Some("g"));
+    let worker = PartitionWorker::new(
+        Arc::from("t"),
+        0,
+        Arc::new(inbox),
+        sink.clone(),
+        settings,
+        stats.clone(),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let inputs: Vec<Input> = (0..n)
+        .map(|o| Input::Record(record(o, bad.contains(&o))))
+        .collect();
+    let source = futures::stream::iter(inputs);
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        worker.run(source, CancellationToken::new()),
+    )
+    .await
+    .expect("the worker finishes")
+    .expect("a poison message does not stop the worker");
+    let stored = sink.0.lock().unwrap().clone();
+    (stats.snapshot(), stored)
+}
+
+/// The database after a run: per-account balances, inbox ids, dead letters
+/// (offset, reason, detail), and the stored offset.
+async fn state(pool: &Pool) -> (Vec<(i64, i64)>, usize, Vec<(i64, String, String)>, i64) {
+    let c = pool.get().await.unwrap();
+    let t = tables(pool).await;
+    let letters = c
+        .query(
+            "SELECT \"offset\", reason, coalesce(detail, '') FROM dead_letters ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let next: i64 = c
+        .query_one(
+            "SELECT next_offset FROM consumer_offsets WHERE group_id = 'g'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    (t.balances, t.inbox.len(), letters, next)
+}
+
+/// Balances when every record of `0..n` except `skipped` is applied.
+fn expected_balances(n: i64, skipped: &[i64]) -> Vec<(i64, i64)> {
+    let mut b = std::collections::BTreeMap::new();
+    for o in (0..n).filter(|o| !skipped.contains(o)) {
+        *b.entry(o % 5).or_insert(0) += o + 1;
+    }
+    b.into_iter().collect()
+}
+
+fn assert_strictly_increasing(stored: &[i64], last: i64) {
+    assert!(stored.windows(2).all(|w| w[0] < w[1]), "{stored:?}");
+    assert_eq!(stored.last(), Some(&last), "{stored:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_at_any_position_is_isolated_in_about_log2_n_transactions() {
+    let n = 64;
+    // 2·log2(64) + 2: one failed whole batch, at most two transactions per level, the failed
+    // attempt of the message alone and its dead letter.
+    let bound = 2 * 6 + 2;
+    for k in [0, 1, 31, 32, 45, 63] {
+        let (_, pool) = fresh_db("poison_k").await;
+        let (stats, stored) = run(&pool, Mode::Batched, n, &[k], &[]).await;
+        let (balances, inbox, letters, next) = state(&pool).await;
+
+        assert_eq!(balances, expected_balances(n, &[k]), "k={k}");
+        assert_eq!(
+            inbox, n as usize,
+            "k={k}: every id is in the inbox, poison included"
+        );
+        assert_eq!(letters.len(), 1, "k={k}: {letters:?}");
+        let (offset, reason, detail) = &letters[0];
+        assert_eq!((*offset, reason.as_str()), (k, "handler_error"), "k={k}");
+        assert!(detail.contains("division by zero"), "k={k}: {detail}");
+        assert_eq!(stats.poisoned, 1, "k={k}");
+        let attempts = stats.transactions + stats.poison_failures;
+        assert!(
+            (7..=bound).contains(&attempts),
+            "k={k}: {attempts} transactions for one poison message in 64 (bound {bound})"
+        );
+        assert_strictly_increasing(&stored, n);
+        assert_eq!(next, n, "k={k}: offset in the database");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_poison_messages_and_bad_input_in_one_batch() {
+    let (_, pool) = fresh_db("poison_many").await;
+    let (n, poison, bad) = (50, [3, 4, 40], [10, 41]);
+    let (stats, stored) = run(&pool, Mode::Batched, n, &poison, &bad).await;
+    let (balances, inbox, letters, next) = state(&pool).await;
+
+    let skipped: Vec<i64> = poison.iter().chain(&bad).copied().collect();
+    assert_eq!(balances, expected_balances(n, &skipped));
+    assert_eq!(inbox, 48, "every decodable id, poison included");
+    let reasons: Vec<(i64, &str)> = letters.iter().map(|(o, r, _)| (*o, r.as_str())).collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (3, "handler_error"),
+            (4, "handler_error"),
+            (10, "invalid_payload"),
+            (40, "handler_error"),
+            (41, "invalid_payload"),
+        ]
+    );
+    assert_eq!((stats.poisoned, stats.invalid), (3, 2));
+    assert_eq!(stats.records, 50, "each record counted once");
+    assert_strictly_increasing(&stored, n);
+    assert_eq!(next, n);
+
+    // Redelivered: the poison ids are in the inbox now, so the batch commits at once.
+    let (again, _) = run(&pool, Mode::Batched, n, &poison, &bad).await;
+    assert_eq!((again.transactions, again.poison_failures), (1, 0));
+    assert_eq!((again.new, again.dead_letters_written), (0, 0));
+    assert_eq!(state(&pool).await.0, balances, "nothing applied twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_message_baseline_dead_letters_a_poison_message_the_same_way() {
+    let (_, pool) = fresh_db("poison_per_message").await;
+    let (stats, stored) = run(&pool, Mode::PerMessage, 10, &[3], &[]).await;
+    let (balances, inbox, letters, next) = state(&pool).await;
+
+    assert_eq!(balances, expected_balances(10, &[3]));
+    assert_eq!(inbox, 10);
+    let reasons: Vec<(i64, &str)> = letters.iter().map(|(o, r, _)| (*o, r.as_str())).collect();
+    assert_eq!(reasons, vec![(3, "handler_error")]);
+    assert_eq!(
+        (stats.poison_failures, stats.transactions),
+        (1, 10),
+        "one failed attempt; nine applied and one dead letter"
+    );
+    assert_eq!(stored, (1..=10).collect::<Vec<i64>>());
+    assert_eq!(next, 10);
+}
