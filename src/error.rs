@@ -153,7 +153,7 @@ pub enum RunError {
     KafkaClient(#[from] KafkaClientError),
     /// A librdkafka setting would break the guarantee; nothing was consumed.
     #[error(transparent)]
-    Refused(#[from] crate::consumer::RefusedSetting),
+    Refused(#[from] RefusedSetting),
     /// A batch failed for a reason retrying cannot fix; its offsets were not committed.
     #[error("batch of {topic}/{partition} at offset {offset} failed: {source}")]
     Batch {
@@ -217,6 +217,19 @@ pub enum DbError {
         /// Latest known migration.
         want: i32,
     },
+}
+
+/// A setting refused by a rule of the consumer's settings check. Like every configuration error, it names the property, never
+/// its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("refused -X {key} (safe: {safe}): {reason}")]
+pub struct RefusedSetting {
+    /// The property.
+    pub key: &'static str,
+    /// Its safe values, in words.
+    pub safe: &'static str,
+    /// Why other values are refused.
+    pub reason: &'static str,
 }
 
 #[cfg(test)]

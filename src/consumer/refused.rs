@@ -11,6 +11,7 @@
 //! lose or repeat an effect.
 
 use super::KafkaSettings;
+pub use crate::error::RefusedSetting;
 
 /// What a rule may weigh besides the property's value.
 #[derive(Debug, Clone, Copy)]
@@ -89,19 +90,6 @@ pub const RULES: &[Rule] = &[
                  never exit): use that flag",
     },
 ];
-
-/// A setting refused by a [`Rule`]. Like every configuration error, it names the property, never
-/// its value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("refused -X {key} (safe: {safe}): {reason}")]
-pub struct RefusedSetting {
-    /// The property.
-    pub key: &'static str,
-    /// Its safe values, in words.
-    pub safe: &'static str,
-    /// Why other values are refused.
-    pub reason: &'static str,
-}
 
 /// Checks the client configuration of `settings` against [`RULES`].
 pub fn check(settings: &KafkaSettings, offsets_in_db: bool) -> Result<(), RefusedSetting> {
