@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests, the integration tests (one binary, tests/it/) against the real
-# PostgreSQL and librdkafka's mock cluster, and end-to-end tests of the binary against a nisshi broker process (built once per
-# machine on first use, about 10 minutes; scripts/lib.sh).
+# PostgreSQL and librdkafka's mock cluster, and end-to-end tests of the binary against a nisshi
+# broker process (built once per machine on first use, about 10 minutes; scripts/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
