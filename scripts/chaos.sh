@@ -10,7 +10,8 @@
 #
 # Starts its OWN PostgreSQL server (initdb in a temporary directory, a free port, fsync on), the
 # only one it restarts, and a nisshi broker unless --brokers is given. Prints the seed, the faults
-# and PASS/FAIL, writes results/chaos-<timestamp>.json (results/chaos-control-… for --unsafe).
+# and PASS/FAIL, writes results/chaos/chaos-<UTC time>-seed<N>-<pid>.json (chaos-control-… for --unsafe;
+# --results-dir elsewhere).
 # Exit status: 0 PASS, 1 an invariant was violated, 2 the run itself failed. Other flags go to
 # `batch-inbox-bench chaos` (see `batch-inbox-bench chaos --help`). KEEP=1 keeps the logs and the server.
 set -euo pipefail
