@@ -24,6 +24,18 @@ pub struct BatcherSettings {
     pub linger: Duration,
 }
 
+/// When an open batch closes, besides its size and byte limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Batching {
+    /// `linger` after its first record.
+    #[default]
+    Linger,
+    /// As soon as no more record is ready to be read (and at least `linger`, then a minimum
+    /// wait, after its first record): a record reaching an idle partition worker is applied at
+    /// once, and the records that arrive while a transaction runs form the next batch.
+    Natural,
+}
+
 /// A closed batch.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Batch<T> {
@@ -89,6 +101,11 @@ impl<T> Batcher<T> {
         self.open.clear();
         self.open_bytes = 0;
         self.opened = None;
+    }
+
+    /// True when a closed batch waits to be taken.
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
     }
 
     /// Takes the oldest closed batch.

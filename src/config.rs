@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::batcher::BatcherSettings;
+use crate::batcher::{BatcherSettings, Batching};
 use crate::consumer::KafkaSettings;
 use crate::defaults;
 use crate::inbox::Mode;
@@ -114,6 +114,10 @@ pub struct PipelineArgs {
         value_parser = clap::value_parser!(u64).range(..=MAX_LINGER_MS)
     )]
     pub batch_linger_ms: u64,
+    /// When a batch closes besides its size limits: `linger` (after --batch-linger-ms), or
+    /// `natural` (as soon as no more record is ready, and no sooner than --batch-linger-ms).
+    #[arg(long, env = "BATCH_INBOX_BATCHING", value_enum, default_value_t = defaults::BATCHING)]
+    pub batching: Batching,
     /// Largest batch, in bytes of keys, values, header names and values, plus 64 bytes per
     /// header and the size of a record's owned copy per record.
     #[arg(long, env = "BATCH_INBOX_BATCH_MAX_BYTES", default_value_t = defaults::BATCH_MAX_BYTES)]
@@ -259,6 +263,7 @@ impl PipelineArgs {
                 max_bytes: self.batch_max_bytes,
                 linger: Duration::from_millis(self.batch_linger_ms),
             },
+            batching: self.batching,
             retry: RetryPolicy::default(),
             unsafe_controls: Default::default(),
         }

@@ -17,7 +17,10 @@ pub const GROUP: &str = "batch-inbox";
 pub const BATCH_SIZE: NonZeroUsize = NonZeroUsize::new(1000).expect("1000 is not zero");
 /// Most bytes per batch (records with their overheads).
 pub const BATCH_MAX_BYTES: NonZeroUsize = NonZeroUsize::new(4 << 20).expect("4 MiB is not zero");
-/// Longest wait after a batch's first record, in milliseconds.
+/// When a batch closes besides its limits.
+pub const BATCHING: crate::batcher::Batching = crate::batcher::Batching::Linger;
+/// Longest wait after a batch's first record, in milliseconds (with natural batching, the
+/// shortest).
 pub const BATCH_LINGER_MS: u64 = 20;
 /// Database connections.
 pub const POOL_SIZE: NonZeroUsize = NonZeroUsize::new(8).expect("8 is not zero");

@@ -57,6 +57,7 @@ impl ProcessorConfig {
                     max_bytes: defaults::BATCH_MAX_BYTES,
                     linger: Duration::from_millis(defaults::BATCH_LINGER_MS),
                 },
+                batching: defaults::BATCHING,
                 retry: crate::worker::RetryPolicy::default(),
                 unsafe_controls: crate::unsafe_controls::UnsafeControls::default(),
             },

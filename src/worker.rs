@@ -9,16 +9,16 @@
 //! The worker knows no Kafka type: it reads [`Input`]s from any stream and stores offsets through
 //! an [`OffsetSink`], so tests drive it with channels and paused time.
 
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::batcher::{Batch, Batcher, BatcherSettings};
+use crate::batcher::{Batch, Batcher, BatcherSettings, Batching};
 use crate::error::{InboxError, RunError};
 use crate::failpoint::failpoint;
 use crate::handler::Handler;
@@ -85,6 +85,9 @@ pub struct WorkerSettings {
     pub mode: Mode,
     /// Batch limits.
     pub batcher: BatcherSettings,
+    /// When a batch closes besides its limits: after the linger, or as soon as the source has no
+    /// more record ready.
+    pub batching: Batching,
     /// Retry schedule.
     pub retry: RetryPolicy,
     /// TEST-ONLY, UNSAFE switches; off (the only value of a normal build).
@@ -103,6 +106,8 @@ pub struct PartitionWorker<H: Handler, S: OffsetSink> {
     tracker: OffsetTracker,
     batcher: Batcher<RawMessage>,
     sequence: Sequence,
+    /// An input read while pulling the ready records (natural batching), handled next.
+    pending: Option<Option<Input>>,
 }
 
 enum Step {
@@ -135,6 +140,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             tracker: OffsetTracker::default(),
             batcher,
             sequence: Sequence::default(),
+            pending: None,
         }
     }
 
@@ -149,11 +155,14 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         let mut source = pin!(source);
         loop {
             let deadline = self.batcher.deadline();
-            let step = tokio::select! {
-                biased;
-                _ = stop.cancelled() => Step::Stop,
-                _ = sleep_until_opt(deadline) => Step::Linger,
-                input = source.next() => Step::Input(input),
+            let step = match self.pending.take() {
+                Some(input) => Step::Input(input),
+                None => tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => Step::Stop,
+                    _ = sleep_until_opt(deadline) => Step::Linger,
+                    input = source.next() => Step::Input(input),
+                },
             };
             match step {
                 Step::Stop | Step::Input(None) => {
@@ -162,12 +171,11 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 }
                 Step::Linger => self.batcher.tick(Instant::now()),
                 Step::Input(Some(Input::Record(raw))) => {
-                    self.at_eof.store(false, Ordering::Release);
-                    let (topic, stats) = (&self.topic, &self.stats);
-                    self.sequence
-                        .observe(topic, self.partition, raw.offset, stats);
-                    let size = raw.size_bytes();
-                    self.batcher.push(raw, size, Instant::now());
+                    self.accept(raw);
+                    if self.settings.batching == Batching::Natural {
+                        self.pull_ready(source.as_mut());
+                        self.batcher.tick(Instant::now());
+                    }
                 }
                 Step::Input(Some(Input::Eof)) => {
                     self.batcher.flush();
@@ -183,6 +191,31 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             }
             if !self.drain_ready(&stop, false).await? {
                 return Ok(());
+            }
+        }
+    }
+
+    /// Adds a record to the open batch.
+    fn accept(&mut self, raw: RawMessage) {
+        self.at_eof.store(false, Ordering::Release);
+        let (topic, stats) = (&self.topic, &self.stats);
+        self.sequence
+            .observe(topic, self.partition, raw.offset, stats);
+        let size = raw.size_bytes();
+        self.batcher.push(raw, size, Instant::now());
+    }
+
+    /// Natural batching: adds every record the source has ready now, without waiting, until a
+    /// batch closes on its limits; anything else the source yields is kept for the next step.
+    fn pull_ready(&mut self, mut source: Pin<&mut impl Stream<Item = Input>>) {
+        while !self.batcher.has_ready() {
+            match source.next().now_or_never() {
+                Some(Some(Input::Record(raw))) => self.accept(raw),
+                Some(other) => {
+                    self.pending = Some(other);
+                    return;
+                }
+                None => return,
             }
         }
     }

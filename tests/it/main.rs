@@ -17,6 +17,7 @@ mod exit_on_eof;
 #[cfg(feature = "failpoints")]
 mod faults;
 mod hostile_records;
+mod natural_batching;
 mod ops;
 mod outages;
 mod panic;

@@ -163,6 +163,7 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
                 initial: Duration::from_millis(20),
                 max: Duration::from_millis(500),
             },
+            batching: Default::default(),
             unsafe_controls: Default::default(),
         },
         id_header: "id".to_owned(),
@@ -363,6 +364,7 @@ pub fn worker_settings(mode: Mode, max_items: usize, max_bytes: usize) -> Worker
             linger: Duration::from_secs(60),
         },
         retry: RetryPolicy::default(),
+        batching: Default::default(),
         unsafe_controls: Default::default(),
     }
 }
