@@ -29,6 +29,8 @@ pub struct Metrics {
 #[derive(Debug)]
 struct Inner {
     e2e_us: Histogram<u64>,
+    receive_us: Histogram<u64>,
+    in_batch_us: Histogram<u64>,
     stages_us: Vec<Histogram<u64>>,
     batch_sizes: Histogram<u64>,
     first_record: Option<Instant>,
@@ -40,6 +42,8 @@ impl Default for Metrics {
         Self {
             inner: Mutex::new(Inner {
                 e2e_us: histogram(),
+                receive_us: histogram(),
+                in_batch_us: histogram(),
                 stages_us: STAGES.iter().map(|_| histogram()).collect(),
                 batch_sizes: histogram(),
                 first_record: None,
@@ -89,6 +93,23 @@ impl Metrics {
             .saturating_record(sample.timestamps_ms.len().max(1) as u64);
     }
 
+    /// Records the arrivals of a batch that just closed at `closed_ms` (Unix ms): per record,
+    /// its Kafka timestamp to its arrival, and its arrival to the close.
+    pub fn record_arrivals(&self, arrivals: &[Arrival], closed_ms: i64) {
+        let mut m = self.lock();
+        for a in arrivals {
+            if let Some(ts) = a.timestamp_ms {
+                let us = a.at_ms.saturating_sub(ts).saturating_mul(1000).max(1) as u64;
+                m.receive_us.saturating_record(us);
+            }
+            let us = closed_ms
+                .saturating_sub(a.at_ms)
+                .saturating_mul(1000)
+                .max(1) as u64;
+            m.in_batch_us.saturating_record(us);
+        }
+    }
+
     /// The throughput window: first record received to last commit.
     pub fn window(&self) -> Option<Duration> {
         let m = self.lock();
@@ -102,6 +123,9 @@ impl Metrics {
         Measured {
             window_s: window.as_secs_f64(),
             e2e_latency_ms: Percentiles::of(&m.e2e_us, 1e-3),
+            receive_latency_ms: Percentiles::of(&m.receive_us, 1e-3),
+            in_batch_ms: Percentiles::of(&m.in_batch_us, 1e-3),
+            e2e_distribution_ms: distribution(&m.e2e_us, 1e-3),
             stages_ms: STAGES
                 .iter()
                 .zip(&m.stages_us)
@@ -119,10 +143,48 @@ pub struct Measured {
     pub window_s: f64,
     /// Kafka timestamp → COMMIT, per record.
     pub e2e_latency_ms: Percentiles,
+    /// Kafka timestamp → arrival at its partition worker, per record (the producer, the broker
+    /// and the client).
+    #[serde(default)]
+    pub receive_latency_ms: Percentiles,
+    /// Arrival → its batch closed, per record (the batching).
+    #[serde(default)]
+    pub in_batch_ms: Percentiles,
+    /// The end-to-end latency's distribution: `[percentile, ms]` points for plots.
+    #[serde(default)]
+    pub e2e_distribution_ms: Vec<[f64; 2]>,
     /// Per-stage latency, per transaction.
     pub stages_ms: BTreeMap<String, Percentiles>,
     /// Records per batch.
     pub batch_size: Percentiles,
+}
+
+/// A record's arrival at its partition worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    /// Its Kafka timestamp (Unix ms, set by the producer or the broker), when it has one.
+    pub timestamp_ms: Option<i64>,
+    /// When it arrived (Unix ms).
+    pub at_ms: i64,
+}
+
+/// `[percentile, value]` points of `h`, scaled: five per halving of the distance to 100%.
+fn distribution(h: &Histogram<u64>, scale: f64) -> Vec<[f64; 2]> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let mut points: Vec<[f64; 2]> = h
+        .iter_quantiles(5)
+        .map(|v| {
+            [
+                v.quantile_iterated_to() * 100.0,
+                v.value_iterated_to() as f64 * scale,
+            ]
+        })
+        .take_while(|p| p[0] < 100.0)
+        .collect();
+    points.push([100.0, h.max() as f64 * scale]);
+    points
 }
 
 /// Percentiles of a histogram, scaled.
@@ -258,5 +320,54 @@ mod tests {
             "{:?}",
             r.e2e_latency_ms
         );
+    }
+
+    #[test]
+    fn arrivals_split_the_latency_at_the_worker() {
+        let m = Metrics::default();
+        let arrivals = [
+            Arrival {
+                timestamp_ms: Some(1_000),
+                at_ms: 1_100,
+            },
+            Arrival {
+                timestamp_ms: None,
+                at_ms: 1_200,
+            },
+        ];
+        m.record_arrivals(&arrivals, 1_300);
+        let r = m.measured();
+        assert_eq!(
+            r.receive_latency_ms.count, 1,
+            "only a record with a timestamp"
+        );
+        assert!((r.receive_latency_ms.p50 - 100.0).abs() < 0.5, "{r:?}");
+        assert_eq!(r.in_batch_ms.count, 2);
+        assert!((r.in_batch_ms.max - 200.0).abs() < 0.5, "{r:?}");
+        // A producer's clock far ahead or far behind saturates instead of overflowing.
+        let odd = [Arrival {
+            timestamp_ms: Some(i64::MIN),
+            at_ms: i64::MAX,
+        }];
+        m.record_arrivals(&odd, i64::MIN);
+    }
+
+    #[test]
+    fn the_distribution_ends_at_the_maximum() {
+        let mut h = histogram();
+        for v in 1..=1000 {
+            h.saturating_record(v * 1000);
+        }
+        let d = distribution(&h, 1e-3);
+        assert!(d.len() > 10, "{d:?}");
+        let last = d.last().expect("points");
+        // Three significant digits: the largest value within 0.1%.
+        assert!(
+            last[0] == 100.0 && (last[1] - 1000.0).abs() < 1.0,
+            "{last:?}"
+        );
+        assert!(d
+            .windows(2)
+            .all(|w| w[0][0] <= w[1][0] && w[0][1] <= w[1][1]));
     }
 }

@@ -101,6 +101,14 @@ impl Stats {
         }
     }
 
+    /// Records the arrivals of a batch that just closed at `closed_ms` (Unix ms).
+    pub fn record_arrivals(&self, arrivals: &[crate::metrics::Arrival], closed_ms: i64) {
+        self.telemetry.record_arrivals(arrivals, closed_ms);
+        if let Some(report) = &self.report {
+            report.record_arrivals(arrivals, closed_ms);
+        }
+    }
+
     /// The report's distributions so far (`None` unless made [`Stats::with_report`]).
     pub fn measured(&self) -> Option<Measured> {
         self.report.as_ref().map(crate::metrics::Metrics::measured)

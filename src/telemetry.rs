@@ -18,6 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::metrics::Arrival;
 use crate::outcome::{BatchSample, TxOutcome, STAGES};
 use crate::reason::Reason;
 pub use histogram::BatchHistogram;
@@ -46,6 +47,8 @@ pub struct Telemetry {
     stages: Family<OneLabel, BatchHistogram, fn() -> BatchHistogram>,
     by_stage: Vec<BatchHistogram>,
     end_to_end: BatchHistogram,
+    receive: BatchHistogram,
+    in_batch: BatchHistogram,
     lag: Family<PartitionLabels, Gauge>,
     lags: Mutex<BTreeMap<(String, i32), i64>>,
     in_flight: Gauge,
@@ -90,6 +93,8 @@ impl Default for Telemetry {
             stages,
             by_stage,
             end_to_end: BatchHistogram::new(latency_buckets()),
+            receive: BatchHistogram::new(latency_buckets()),
+            in_batch: BatchHistogram::new(latency_buckets()),
             lag: Family::default(),
             lags: Mutex::new(BTreeMap::new()),
             in_flight: Gauge::default(),
@@ -151,6 +156,22 @@ impl Telemetry {
         let latencies = sample.timestamps_ms.iter().flatten();
         self.end_to_end
             .observe_many(latencies.map(|ts| now_ms.saturating_sub(*ts).max(0) as f64 / 1000.0));
+    }
+
+    /// Records the arrivals of a batch that closed at `closed_ms` (Unix ms): per record, Kafka
+    /// timestamp to arrival, and arrival to the batch's close.
+    pub fn record_arrivals(&self, arrivals: &[Arrival], closed_ms: i64) {
+        let ms = |d: i64| d.max(0) as f64 / 1000.0;
+        self.receive.observe_many(
+            arrivals
+                .iter()
+                .filter_map(|a| a.timestamp_ms.map(|ts| ms(a.at_ms.saturating_sub(ts)))),
+        );
+        self.in_batch.observe_many(
+            arrivals
+                .iter()
+                .map(|a| ms(closed_ms.saturating_sub(a.at_ms))),
+        );
     }
 
     /// Shows the dead-letter counter of each of `reasons` (a handler's rejection reasons) from
@@ -307,6 +328,19 @@ impl Telemetry {
             "Per record: Kafka timestamp to the COMMIT of its transaction",
             Unit::Seconds,
             self.end_to_end.clone(),
+        );
+        r.register_with_unit(
+            "receive_latency",
+            "Per record: Kafka timestamp to its arrival at its partition worker (producer, broker \
+             and client)",
+            Unit::Seconds,
+            self.receive.clone(),
+        );
+        r.register_with_unit(
+            "in_batch_wait",
+            "Per record: arrival at its partition worker to the close of its batch",
+            Unit::Seconds,
+            self.in_batch.clone(),
         );
     }
 

@@ -24,6 +24,7 @@ use crate::failpoint::failpoint;
 use crate::handler::Handler;
 use crate::inbox::{Inbox, Mode, TxOutcome};
 use crate::message::{Decoded, RawMessage};
+use crate::metrics::Arrival;
 use crate::offsets::OffsetTracker;
 use crate::outcome::BatchSample;
 use crate::stats::Stats;
@@ -104,7 +105,7 @@ pub struct PartitionWorker<H: Handler, S: OffsetSink> {
     stats: Arc<Stats>,
     at_eof: Arc<AtomicBool>,
     tracker: OffsetTracker,
-    batcher: Batcher<RawMessage>,
+    batcher: Batcher<Arrived>,
     sequence: Sequence,
     /// An input read while pulling the ready records (natural batching), handled next.
     pending: Option<Option<Input>>,
@@ -202,7 +203,27 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         self.sequence
             .observe(topic, self.partition, raw.offset, stats);
         let size = raw.size_bytes();
-        self.batcher.push(raw, size, Instant::now());
+        let at_ms = unix_ms(std::time::SystemTime::now());
+        self.batcher
+            .push(Arrived { raw, at_ms }, size, Instant::now());
+    }
+
+    /// Records when the records of a batch that just closed arrived, and returns its records.
+    fn closed(&self, batch: Batch<Arrived>) -> Batch<RawMessage> {
+        let arrivals: Vec<Arrival> = batch
+            .items
+            .iter()
+            .map(|a| Arrival {
+                timestamp_ms: a.raw.timestamp_ms,
+                at_ms: a.at_ms,
+            })
+            .collect();
+        let closed_ms = unix_ms(std::time::SystemTime::now());
+        self.stats.record_arrivals(&arrivals, closed_ms);
+        Batch {
+            items: batch.items.into_iter().map(|a| a.raw).collect(),
+            opened: batch.opened,
+        }
     }
 
     /// Natural batching: adds every record the source has ready now, without waiting, until a
@@ -241,10 +262,11 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
     /// because the worker is stopping while the database fails.
     async fn commit(
         &mut self,
-        batch: Batch<RawMessage>,
+        batch: Batch<Arrived>,
         stop: &CancellationToken,
         stopping: bool,
     ) -> Result<bool, RunError> {
+        let batch = self.closed(batch);
         let _in_flight = self.stats.telemetry.batch_in_flight();
         let clock = BatchClock {
             opened: batch.opened.into_std(),
@@ -387,6 +409,17 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             }
         }
     }
+}
+
+/// A record and when it arrived (Unix ms), while its batch is open.
+struct Arrived {
+    raw: RawMessage,
+    at_ms: i64,
+}
+
+fn unix_ms(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// When a batch opened and closed (for latency measurements).
