@@ -39,6 +39,8 @@ pub enum Command {
     CopyCeiling(CopyCeilingArgs),
     /// Fault injection under load (processes, database restarts, rebalances), then invariants.
     Chaos(crate::chaos::ChaosArgs),
+    /// A TCP proxy that delays every byte in each direction (a remote database for the load test).
+    DelayProxy(crate::delay_proxy::DelayProxyArgs),
 }
 
 /// The `batch-inbox` binary: `BATCH_INBOX_BIN`, else the one beside this executable (cargo

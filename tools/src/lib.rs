@@ -15,9 +15,11 @@
 //! - [`report`]: a load-test run's report; [`summary`]: the load test's tables and plots.
 //! - [`measure`]: the COPY ceiling and pg_stat_statements counts.
 //! - [`chaos`]: the fault-injection driver and its invariant checker.
+//! - [`delay_proxy`]: a TCP proxy that delays every byte: a database on another host.
 
 pub mod chaos;
 pub mod cli;
+pub mod delay_proxy;
 pub mod demo;
 pub mod drain;
 pub mod generate;

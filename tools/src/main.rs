@@ -21,6 +21,7 @@ async fn main() -> std::process::ExitCode {
             .map_err(Into::into),
         Command::CopyCeiling(args) => copy_ceiling(args).await,
         Command::Chaos(args) => return chaos(args).await,
+        Command::DelayProxy(args) => batch_inbox_tools::delay_proxy::serve(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
