@@ -4,10 +4,10 @@
 //! created at 0 by its first message; a debit that would take the balance below zero, or an amount
 //! that would overflow it, is rejected and changes nothing.
 //!
-//! Batched path: the batch's accounts are locked in ascending order (`FOR UPDATE … ORDER BY`), so
-//! concurrent batches over overlapping accounts never deadlock; the rules run in memory; the final
-//! balances are written with one statement. Two statements, whatever the batch size, once the
-//! accounts exist; two more for a batch that creates accounts.
+//! Batched path (`batched`): one guarded `UPDATE` applies every account whose balance takes all
+//! of the batch's entries ([`guard`]); the other accounts are locked in ascending order
+//! (`FOR UPDATE … ORDER BY`), created at 0 when missing, and go through the rules in memory.
+//! Concurrent batches over the same existing accounts never deadlock.
 
 use std::collections::HashMap;
 
@@ -18,14 +18,15 @@ use crate::error::HandlerError;
 use crate::handler::{Handler, Rejection};
 use crate::message::{Decode, Message, RawMessage};
 use crate::reason::Reason;
-use crate::sql::ledger::{
-    APPLY_ONE, ENSURE_ACCOUNTS, ENSURE_ONE, LOCK_ACCOUNTS, READ_ONE, WRITE_BALANCES,
-};
+use crate::sql::ledger::{APPLY_ONE, ENSURE_ONE, READ_ONE};
 
 /// The ledger's rejection: a debit that would take the balance below zero.
 pub const INSUFFICIENT_FUNDS: Reason = Reason::rejected("insufficient_funds");
 /// The ledger's rejection: an amount that would overflow the balance.
 pub const AMOUNT_OVERFLOW: Reason = Reason::rejected("amount_overflow");
+
+mod batched;
+pub mod guard;
 
 /// One ledger entry: the message value `{"account_id": i64, "amount": i64}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -81,8 +82,16 @@ pub fn apply<'a>(
     balances: &mut HashMap<i64, i64>,
     entries: impl IntoIterator<Item = &'a Entry>,
 ) -> Vec<Rejection> {
+    apply_indexed(balances, entries.into_iter().enumerate())
+}
+
+/// [`apply`] for entries that carry their index in the batch (a subset of it, in order).
+pub fn apply_indexed<'a>(
+    balances: &mut HashMap<i64, i64>,
+    entries: impl IntoIterator<Item = (usize, &'a Entry)>,
+) -> Vec<Rejection> {
     let mut rejected = Vec::new();
-    for (index, entry) in entries.into_iter().enumerate() {
+    for (index, entry) in entries {
         let balance = balances.entry(entry.account_id).or_insert(0);
         match apply_amount(*balance, entry.amount) {
             Ok(next) => *balance = next,
@@ -100,40 +109,6 @@ pub fn apply<'a>(
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Ledger;
 
-/// Locks the accounts' rows in ascending order and returns their balances, creating missing
-/// accounts at 0 first. In the steady state (every account exists) this is one statement; a
-/// batch that brings new accounts pays two more.
-async fn lock_accounts(
-    tx: &Transaction<'_>,
-    accounts: &[i64],
-) -> Result<HashMap<i64, i64>, HandlerError> {
-    let lock = tx.prepare_cached(LOCK_ACCOUNTS).await?;
-    let mut balances: HashMap<i64, i64> = tx
-        .query(&lock, &[&accounts])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let missing: Vec<i64> = accounts
-        .iter()
-        .copied()
-        .filter(|a| !balances.contains_key(a))
-        .collect();
-    if missing.is_empty() {
-        return Ok(balances);
-    }
-    // A concurrent batch may create the same account: ON CONFLICT waits for it and skips, and
-    // the second lock (a new statement, a new snapshot) then sees the committed row.
-    let ensure = tx.prepare_cached(ENSURE_ACCOUNTS).await?;
-    tx.execute(&ensure, &[&missing]).await?;
-    let created = tx.query(&lock, &[&missing]).await?;
-    balances.extend(
-        created
-            .iter()
-            .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1))),
-    );
-    Ok(balances)
-}
 
 impl Handler for Ledger {
     type Payload = Entry;
@@ -145,27 +120,7 @@ impl Handler for Ledger {
         tx: &Transaction<'_>,
         messages: &[Message<Entry>],
     ) -> Result<Vec<Rejection>, HandlerError> {
-        if messages.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut accounts: Vec<i64> = messages.iter().map(|m| m.payload.account_id).collect();
-        accounts.sort_unstable();
-        accounts.dedup();
-
-        let before = lock_accounts(tx, &accounts).await?;
-        let mut balances = before.clone();
-        let rejected = apply(&mut balances, messages.iter().map(|m| &m.payload));
-
-        let (ids, amounts): (Vec<i64>, Vec<i64>) = balances
-            .iter()
-            .filter(|(id, amount)| before.get(id) != Some(amount))
-            .map(|(id, amount)| (*id, *amount))
-            .unzip();
-        if !ids.is_empty() {
-            let write = tx.prepare_cached(WRITE_BALANCES).await?;
-            tx.execute(&write, &[&ids, &amounts]).await?;
-        }
-        Ok(rejected)
+        batched::handle(tx, messages).await
     }
 
     async fn handle_one(

@@ -110,4 +110,25 @@ pub mod ledger {
 
     /// Reads one balance (to say why an amount was refused).
     pub const READ_ONE: &str = "SELECT amount FROM balances WHERE account_id = $1";
+
+    /// Applies each account's net change where its balance takes all of the batch's entries
+    /// (between the lowest running sum it needs and the headroom before overflow).
+    pub const GUARDED_UPDATE: &str = "\
+UPDATE balances AS b SET amount = b.amount + v.delta
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
+     AS v(account_id, delta, need, headroom)
+WHERE b.account_id = v.account_id AND b.amount BETWEEN v.need AND v.headroom
+RETURNING b.account_id";
+
+    /// Before the exact path's lock without waiting.
+    pub const SAVEPOINT: &str = "SAVEPOINT ledger_optimistic";
+
+    /// Back out of a lock that would wait.
+    pub const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT ledger_optimistic";
+
+    /// [`LOCK_ACCOUNTS`] without waiting for a row another batch holds.
+    pub const LOCK_ACCOUNTS_NOWAIT: &str = "\
+SELECT account_id, amount FROM balances
+WHERE account_id = ANY($1::bigint[])
+ORDER BY account_id FOR UPDATE NOWAIT";
 }

@@ -186,3 +186,70 @@ async fn batches_over_the_same_accounts_in_opposite_orders_never_deadlock() {
     assert_eq!(t.balances, expected.into_iter().collect::<Vec<_>>());
     assert_eq!(t.inbox.len(), 1000 * 14);
 }
+
+/// One side's record of `round` for `account`: an amount no balance here can cover on the
+/// accounts it debits, so that those accounts leave the optimistic update for the exact path.
+fn mixed_record(
+    offset: i64,
+    id: &str,
+    account: i64,
+    debit: bool,
+) -> batch_inbox::message::RawMessage {
+    ledger_record(offset, id, account, if debit { -1_000_000_000 } else { 1 })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_whose_optimistic_and_exact_accounts_cross_never_deadlock() {
+    let (_, pool) = fresh_db("crossing_paths").await;
+    let inbox = Arc::new(Inbox::new(pool.clone(), Arc::new(Ledger), "id"));
+    let accounts: Vec<i64> = (1..=6).collect();
+    let mut next = 0u32;
+    let mut id = || {
+        next += 1;
+        uuid(next)
+    };
+    let create: Vec<_> = accounts
+        .iter()
+        .map(|a| ledger_record(*a, &id(), *a, 1))
+        .collect();
+    inbox
+        .apply_batch("t", 0, &inbox.decode(create))
+        .await
+        .unwrap();
+    let rounds = 300i64;
+    for round in 0..rounds {
+        // Side A credits the odd accounts and is refused on the even ones; side B the reverse,
+        // in the opposite order. Each side's optimistic update locks the accounts the other
+        // side's exact path needs.
+        let mut sides = Vec::new();
+        for (odd_credits, order) in [
+            (true, accounts.clone()),
+            (false, accounts.iter().rev().copied().collect()),
+        ] {
+            let records = order
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    let debit = (a % 2 == 1) != odd_credits;
+                    mixed_record(100 + round * 10 + i as i64, &id(), *a, debit)
+                })
+                .collect();
+            sides.push(inbox.decode(records));
+        }
+        let (left, right) = (sides.remove(0), sides.remove(0));
+        let (i1, i2) = (inbox.clone(), inbox.clone());
+        let a = tokio::spawn(async move { i1.apply_batch("t", 0, &left).await });
+        let b = tokio::spawn(async move { i2.apply_batch("t", 1, &right).await });
+        match (a.await.unwrap(), b.await.unwrap()) {
+            (Ok(a), Ok(b)) => assert_eq!((a.rejected, b.rejected), (3, 3), "round {round}"),
+            other => panic!("round {round}: {other:?}"),
+        }
+    }
+    let t = tables(&pool).await;
+    let expected: Vec<(i64, i64)> = accounts.iter().map(|a| (*a, 1 + rounds)).collect();
+    assert_eq!(
+        t.balances, expected,
+        "every credit applied once, every debit refused"
+    );
+    assert_eq!(t.dead_letters.len() as i64, rounds * 6);
+}
