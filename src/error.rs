@@ -76,9 +76,17 @@ impl InboxError {
             InboxError::Pool(PoolError::Backend(e)) => is_retryable_db(e),
             InboxError::Pool(PoolError::Closed | PoolError::NoRuntimeSpecified) => false,
             InboxError::Pool(_) => true,
-            InboxError::Db(e) | InboxError::DeadLetters(e) => is_retryable_db(e),
+            InboxError::Db(e) => is_retryable_db(e) || self.is_concurrent_insert(),
+            InboxError::DeadLetters(e) => is_retryable_db(e),
             InboxError::Handler(e) => e.is_retryable(),
         }
+    }
+
+    /// Whether the inbox's own insert met an id that a concurrent transaction committed after
+    /// this transaction's snapshot (a unique violation: the inbox's statements conflict on no
+    /// other key). Run again, the transaction sees that id as a duplicate.
+    pub fn is_concurrent_insert(&self) -> bool {
+        matches!(self, InboxError::Db(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION))
     }
 }
 

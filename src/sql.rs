@@ -30,12 +30,20 @@ WHERE group_id = $1 AND topic = $2 AND partition = ANY($3)";
 pub const READ_TOPIC_OFFSETS: &str = "\
 SELECT partition, next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2";
 
+// The batched dedup is a plain INSERT of the ids the primary key does not have yet. `ON CONFLICT
+// DO NOTHING` would insert each row speculatively: a lock and one more WAL record per row. A
+// concurrent transaction inserting the same id makes this one wait, then fail with 23505 if it
+// committed: the transaction is then run again at once and sees the id as a duplicate
+// (`Inbox::apply_batch`). `OFFSET 0` keeps the check one primary-key probe per id: as a join,
+// the generic plan made while the inbox is empty or never analyzed hashes the whole table, and a
+// connection keeps that plan. `ORDER BY n` costs no sort (the planner knows the ordinality's
+// order) and makes the ids go in in array order.
 macro_rules! insert_ids {
     () => {
         "INSERT INTO inbox (message_id, topic, partition, \"offset\")
 SELECT id, $2, $3, o FROM unnest($1::uuid[], $4::bigint[]) WITH ORDINALITY AS t(id, o, n)
+WHERE NOT EXISTS (SELECT FROM inbox i WHERE i.message_id = t.id OFFSET 0)
 ORDER BY n
-ON CONFLICT (message_id) DO NOTHING
 RETURNING message_id"
     };
 }

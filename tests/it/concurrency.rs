@@ -194,7 +194,7 @@ fn mixed_record(
     id: &str,
     account: i64,
     debit: bool,
-) -> batch_inbox::message::RawMessage {
+) -> batch_inbox::RawMessage {
     ledger_record(offset, id, account, if debit { -1_000_000_000 } else { 1 })
 }
 

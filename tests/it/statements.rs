@@ -137,3 +137,45 @@ async fn per_message_baseline_pays_a_transaction_per_message() {
         "{per_message} round trips per message"
     );
 }
+
+/// The dedup statement probes the primary key once per id, whatever plan a connection keeps for
+/// it: the generic plan made while the inbox is empty and never analyzed must not read the whole
+/// inbox for each batch.
+#[tokio::test]
+async fn the_dedup_statement_never_reads_the_whole_inbox() {
+    let (url, _pool) = fresh_db("dedup_plan").await;
+    let pool = db::connect(&url, 1).await.unwrap();
+    let inbox = Inbox::new(pool.clone(), Arc::new(Ledger), "id").with_offsets_in_db(Some("g"));
+    inbox
+        .apply_batch("t", 0, &inbox.decode(batch(0, 20, 3)))
+        .await
+        .unwrap();
+    // The connection that prepared the statement, planning it generically now.
+    let c = pool.get().await.unwrap();
+    c.batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await
+        .unwrap();
+    let name: String = c
+        .query_one(
+            "SELECT name FROM pg_prepared_statements
+             WHERE statement LIKE '%INSERT INTO inbox %' AND name <> ''
+               AND statement NOT LIKE '%pg_prepared_statements%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let plan: Vec<String> = c
+        .query(
+            &format!("EXPLAIN EXECUTE {name}('{{}}', 't', 0, '{{}}', 'g', 1)"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(!plan.contains("Seq Scan on inbox"), "{plan}");
+    assert!(plan.contains("inbox_pkey"), "{plan}");
+}
