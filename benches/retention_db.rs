@@ -29,6 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result};
 use batch_inbox::db;
 use batch_inbox::internal::days::{day_of_millis, unix_millis};
+use batch_inbox::retention::delete::NOT_V7;
 use batch_inbox::retention::partition::{self, DdlOutcome};
 use batch_inbox::retention::Layout;
 use deadpool_postgres::Pool;
@@ -180,7 +181,7 @@ async fn prepare(base: &str, cfg: Config, plan: &Plan) -> Result<(Pool, Value)> 
               LATERAL (SELECT now() - interval '{DAYS} days'
                               + (g::float8 / {rows}) * interval '{DAYS} days' AS ts) t;
          ALTER TABLE inbox ADD CONSTRAINT inbox_pkey PRIMARY KEY (message_id);
-         CREATE INDEX inbox_processed_at ON inbox (processed_at);",
+         CREATE INDEX inbox_processed_at ON inbox (processed_at) WHERE {NOT_V7};",
         rows = plan.rows
     ))
     .await

@@ -54,6 +54,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "dead_letters_raw_id",
         sql: include_str!("../migrations/0006_dead_letters_raw_id.sql"),
     },
+    Migration {
+        version: 7,
+        name: "inbox_processed_at_not_v7",
+        sql: include_str!("../migrations/0007_inbox_processed_at_not_v7.sql"),
+    },
 ];
 
 /// Arbitrary constant identifying the migration lock among advisory locks.

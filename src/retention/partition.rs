@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::Client;
 use tokio_postgres::error::SqlState;
 
+use super::delete::NOT_V7;
 use super::RetentionError;
 use crate::days::{day_bounds, day_of_millis, day_of_partition, partition_name, unix_millis};
 
@@ -110,16 +111,16 @@ pub async fn convert(
     if kind == "p" {
         return Ok(None);
     }
-    tx.batch_execute(
+    tx.batch_execute(&format!(
         "ALTER TABLE inbox RENAME TO inbox_unpartitioned;
          ALTER INDEX inbox_pkey RENAME TO inbox_unpartitioned_pkey;
          ALTER INDEX IF EXISTS inbox_processed_at RENAME TO inbox_unpartitioned_processed_at;
          CREATE TABLE inbox (LIKE inbox_unpartitioned INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
              PARTITION BY RANGE (message_id);
          ALTER TABLE inbox ADD CONSTRAINT inbox_pkey PRIMARY KEY (message_id);
-         CREATE INDEX inbox_processed_at ON inbox (processed_at);
+         CREATE INDEX inbox_processed_at ON inbox (processed_at) WHERE {NOT_V7};
          CREATE TABLE inbox_default PARTITION OF inbox DEFAULT;",
-    )
+    ))
     .await?;
     let last = today + i64::from(ahead);
     let first = oldest_v7_day(&tx, today, last).await?.unwrap_or(today);

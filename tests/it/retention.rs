@@ -52,6 +52,45 @@ async fn cleanup_removes_exactly_the_expired_rows_and_keeps_the_rest() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_processed_at_index_leaves_uuidv7_rows_to_the_primary_key() {
+    let (_, pool) = fresh_db("cleanup_keyrange").await;
+    install_uuid7(&pool).await;
+    let c = pool.get().await.unwrap();
+    let definition: String = c
+        .query_one(
+            "SELECT pg_get_indexdef('inbox_processed_at'::regclass)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        definition.ends_with("WHERE ((get_byte(uuid_send(message_id), 6) >> 4) <> 7)"),
+        "UUIDv7 rows pay no processed_at index entry: {definition}"
+    );
+    // Expired: created and processed 8 days ago. Kept: a UUIDv7 created 8 days ago but
+    // processed now (late), and a UUIDv4 whose random bits sort below the cutoff's UUIDs.
+    c.batch_execute(
+        "INSERT INTO inbox (message_id, topic, partition, \"offset\", processed_at)
+         SELECT uuid7_at(now() - interval '8 days'), 'seed', 0, g, now() - interval '8 days'
+         FROM generate_series(1, 1200) g;
+         INSERT INTO inbox (message_id, topic, partition, \"offset\")
+         SELECT uuid7_at(now() - interval '8 days'), 'late', 0, g FROM generate_series(1, 30) g;
+         INSERT INTO inbox (message_id, topic, partition, \"offset\")
+         VALUES ('00000000-0000-4000-8000-000000000001', 'v4', 0, 1);",
+    )
+    .await
+    .unwrap();
+    let stop = CancellationToken::new();
+    let report = retention::cleanup(&pool, &settings(7 * DAY, 500), SystemTime::now(), &stop)
+        .await
+        .unwrap();
+    assert_eq!((report.rows_deleted, report.delete_statements), (1_200, 3));
+    assert_eq!(count(&pool, "inbox", "topic = 'seed'").await, 0);
+    assert_eq!(count(&pool, "inbox", "topic <> 'seed'").await, 31);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_inside_the_window_is_still_caught_after_cleanup() {
     let (_, pool) = fresh_db("window_dup").await;
     let kafka = Kafka::new("window-dup", 1);
