@@ -109,7 +109,6 @@ pub fn apply_indexed<'a>(
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Ledger;
 
-
 impl Handler for Ledger {
     type Payload = Entry;
 

@@ -189,12 +189,7 @@ async fn batches_over_the_same_accounts_in_opposite_orders_never_deadlock() {
 
 /// One side's record of `round` for `account`: an amount no balance here can cover on the
 /// accounts it debits, so that those accounts leave the optimistic update for the exact path.
-fn mixed_record(
-    offset: i64,
-    id: &str,
-    account: i64,
-    debit: bool,
-) -> batch_inbox::RawMessage {
+fn mixed_record(offset: i64, id: &str, account: i64, debit: bool) -> batch_inbox::RawMessage {
     ledger_record(offset, id, account, if debit { -1_000_000_000 } else { 1 })
 }
 

@@ -39,6 +39,9 @@ pub enum Command {
     CopyCeiling(CopyCeilingArgs),
     /// Fault injection under load (processes, database restarts, rebalances), then invariants.
     Chaos(crate::chaos::ChaosArgs),
+    /// The database-only ceiling: the load test's batches, the product's statements and handler,
+    /// driven from memory against PostgreSQL with no Kafka.
+    Replay(crate::replay::Args),
     /// A TCP proxy that delays every byte in each direction (a remote database for the load test).
     DelayProxy(crate::delay_proxy::DelayProxyArgs),
 }

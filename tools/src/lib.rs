@@ -13,7 +13,8 @@
 //! - [`demo`]: the whole pipeline against an in-process mock cluster, in a database of its own.
 //! - [`drain`]: one load-test run of the `batch-inbox` binary, read through its `--stats-file`.
 //! - [`report`]: a load-test run's report; [`summary`]: the load test's tables and plots.
-//! - [`measure`]: the COPY ceiling and pg_stat_statements counts.
+//! - [`measure`]: the COPY ceiling and pg_stat_statements counts; [`replay`]: the database-only
+//!   ceiling, the same batches and statements driven from memory.
 //! - [`chaos`]: the fault-injection driver and its invariant checker.
 //! - [`delay_proxy`]: a TCP proxy that delays every byte: a database on another host.
 
@@ -25,6 +26,7 @@ pub mod drain;
 pub mod generate;
 pub mod measure;
 pub mod produce;
+pub mod replay;
 pub mod report;
 pub mod summary;
 pub mod verify;

@@ -6,6 +6,10 @@ use batch_inbox_tools::cli::{Cli, Command, CopyCeilingArgs, DemoArgs, ProduceArg
 use batch_inbox_tools::report::RunReport;
 use clap::Parser;
 
+// The product binary's allocator, so that the replay's own CPU compares with the processor's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -21,6 +25,7 @@ async fn main() -> std::process::ExitCode {
             .map_err(Into::into),
         Command::CopyCeiling(args) => copy_ceiling(args).await,
         Command::Chaos(args) => return chaos(args).await,
+        Command::Replay(args) => batch_inbox_tools::replay::replay(args).await,
         Command::DelayProxy(args) => batch_inbox_tools::delay_proxy::serve(args).await,
     };
     match result {
