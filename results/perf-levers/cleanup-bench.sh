@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cleanup side of the processed_at index lever (docs/perf-levers.md): fills database
+# The cleanup side of the processed_at index lever (docs/PERFORMANCE-LEVERS.md): fills database
 # bi_cleanup (DROPPED first) with 3,000,000 UUIDv7 rows processed over 10 days, builds one index
 # variant, then deletes every row older than 7 days in batches of 5,000 with the product's
 # statement shape (DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … LIMIT 5000 FOR UPDATE SKIP
