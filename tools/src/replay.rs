@@ -17,8 +17,8 @@
 //!
 //! `batch-inbox-bench replay --help`; the load test runs it as the database-only ceiling.
 
-mod input;
 mod apply;
+mod input;
 mod report;
 mod server;
 
