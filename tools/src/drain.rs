@@ -16,7 +16,7 @@ use batch_inbox::internal::config::{DbArgs, KafkaArgs, PipelineArgs};
 use batch_inbox::internal::consumer::KafkaSettings;
 use batch_inbox::internal::stats::Stats;
 use batch_inbox::internal::stats_file::RunSettings;
-use batch_inbox::internal::stats_file::StatsFile;
+use batch_inbox::internal::stats_file::{StatsFile, StatsReport};
 
 use crate::report::{read_stats, RunReport};
 
@@ -37,8 +37,13 @@ pub struct DrainArgs {
     #[arg(long)]
     pub input_rate: Option<f64>,
     /// Stop the processor (SIGTERM: it finishes its batches) once it committed this many records.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "processes")]
     pub stop_after: Option<u64>,
+    /// Runs this many copies of the command at once, in one consumer group (scale-out). The
+    /// report then sums their counters and CPU, takes the largest peak RSS, and measures msgs/s
+    /// from the first start to the last exit, the only window the copies share.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub processes: u32,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub db: DbArgs,
@@ -51,11 +56,16 @@ pub struct DrainArgs {
 pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
     let pool = batch_inbox::db::connect(args.db.database_url.expose(), 1).await?;
     let before = crate::measure::statement_count(&pool).await;
-    let stats_path = with_suffix(&args.report, ".stats");
-    run_processor(&args.command, &stats_path, args.stop_after).await?;
-    let stats = read_stats(&stats_path)
-        .with_context(|| format!("reading the stats file {}", stats_path.display()))?;
-    let _ = std::fs::remove_file(&stats_path);
+    let stats = if args.processes == 1 {
+        let stats_path = with_suffix(&args.report, ".stats");
+        run_processor(&args.command, &stats_path, args.stop_after).await?;
+        let stats = read_stats(&stats_path)
+            .with_context(|| format!("reading the stats file {}", stats_path.display()))?;
+        let _ = std::fs::remove_file(&stats_path);
+        stats
+    } else {
+        scale_out(&args.command, &args.report, args.processes).await?
+    };
     let mut report = RunReport {
         label: args.label.clone(),
         run: stats,
@@ -85,6 +95,58 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Runs `processes` copies of `command` at once and merges their stats files.
+async fn scale_out(
+    command: &[String],
+    report: &Path,
+    processes: u32,
+) -> anyhow::Result<StatsReport> {
+    let started = std::time::Instant::now();
+    let paths: Vec<PathBuf> = (0..processes)
+        .map(|i| with_suffix(report, &format!(".stats.{i}")))
+        .collect();
+    let runs = paths.iter().map(|p| run_processor(command, p, None));
+    for result in futures::future::join_all(runs).await {
+        result?;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let mut merged: Option<StatsReport> = None;
+    for path in &paths {
+        let one = read_stats(path)
+            .with_context(|| format!("reading the stats file {}", path.display()))?;
+        let _ = std::fs::remove_file(path);
+        merged = Some(match merged {
+            None => one,
+            Some(all) => merge(all, one)?,
+        });
+    }
+    let mut merged = merged.context("no process ran")?;
+    merged.msgs_per_sec = merged.stats.records as f64 / wall.max(1e-9);
+    merged.measured.window_s = wall;
+    Ok(merged)
+}
+
+/// `a` with `b`'s counters and CPU added, the larger peak RSS, and `a`'s distributions (the
+/// copies see the same traffic, so one copy's latency stands for all).
+fn merge(mut a: StatsReport, b: StatsReport) -> anyhow::Result<StatsReport> {
+    let mut counters = serde_json::to_value(a.stats)?;
+    let theirs = serde_json::to_value(b.stats)?;
+    if let (Some(mine), Some(theirs)) = (counters.as_object_mut(), theirs.as_object()) {
+        for (name, value) in mine.iter_mut() {
+            let sum = value
+                .as_u64()
+                .zip(theirs.get(name).and_then(|v| v.as_u64()));
+            if let Some((x, y)) = sum {
+                *value = (x.saturating_add(y)).into();
+            }
+        }
+    }
+    a.stats = serde_json::from_value(counters)?;
+    a.cpu_s += b.cpu_s;
+    a.peak_rss_mb = a.peak_rss_mb.max(b.peak_rss_mb);
+    Ok(a)
 }
 
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
@@ -139,6 +201,22 @@ fn terminate(child: &tokio::process::Child) {
     }
 }
 
+/// Resolves on SIGTERM or Ctrl-C: the processor then finishes its batches and returns.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 /// `consume-only` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConsumeOnlyArgs {
@@ -160,6 +238,10 @@ pub struct ConsumeOnlyArgs {
     /// How often the stats file is rewritten.
     #[arg(long, default_value = "1s", value_parser = batch_inbox::internal::logging::parse_interval)]
     pub stats_interval: Duration,
+    /// Keep consuming until SIGTERM or Ctrl-C (fixed-rate runs start on an empty topic) instead
+    /// of exiting once the topic is drained.
+    #[arg(long)]
+    pub follow: bool,
 }
 
 /// Drains the topic with the pipeline's consume-only mode (no database work) and writes stats.
@@ -167,8 +249,8 @@ pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
     let pool = batch_inbox::db::connect(args.db.database_url.expose(), 1).await?;
     let mut kafka = KafkaSettings::new(&args.kafka.brokers, &args.kafka.topic, &args.group);
     kafka.overrides = args.kafka.properties.clone();
-    kafka.partition_eof = true;
-    let mut config = args.pipeline.processor(kafka, true);
+    kafka.partition_eof = !args.follow;
+    let mut config = args.pipeline.processor(kafka, !args.follow);
     config.worker.mode = batch_inbox::Mode::ConsumeOnly;
     // Nothing is written to the database: the group's position is Kafka's alone.
     config.offsets_in_db = false;
@@ -191,7 +273,7 @@ pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
         pool,
         handler,
         stats.clone(),
-        std::future::pending(),
+        stop_signal(),
     )
     .await;
     file.finish()?;
