@@ -2,18 +2,28 @@
 # Load test: batched vs per-message on the same input, in the same run, against a real broker.
 #
 #   scripts/loadtest.sh           full run (1,000,000 messages), results in results/
-#   scripts/loadtest.sh --quick   smoke run (small input, < 3 minutes), results in target/loadtest-quick/
+#   scripts/loadtest.sh --quick   smoke run (small input, a few minutes), results in target/loadtest-quick/
 #
 # Steps: build release; ensure PostgreSQL (with pg_stat_statements, to count statements); start
-# a nisshi broker (or use $KAFKA_BROKERS); produce ONE input set with duplicates, bad input and overdrafts;
-# then, each on a fresh database and consumer group, drain it with: the per-message baseline, the
-# batched mode over a batch-size sweep, and a consume-only drain (broker/client ceiling); copy the
-# same ids with binary COPY (database ceiling); run fixed-rate latency runs at half the best
-# batched throughput. Every processor run is verified against the generator's model: a run that
-# is fast and wrong fails the script. Finally writes summary.md and SVG plots.
+# a nisshi broker (or use $KAFKA_BROKERS); produce ONE input set with duplicates, bad input and
+# overdrafts; then, each on a fresh database and consumer group, drain it with: the per-message
+# baseline, the batched mode over a batch-size sweep, natural batching, and a consume-only drain
+# (broker/client ceiling); replay the same records from memory with the same statements and
+# handler and no Kafka (database-only ceiling); copy the same ids with binary COPY (raw database
+# floor); drain with 1, 2 and 4 processes in one group (scale-out); drain a smaller input through
+# a delaying TCP proxy in front of PostgreSQL (remote database, 0.5 and 2 ms each way); run
+# fixed-rate latency runs at shares of the best batched throughput, each with a consume-only run at
+# the same rate (the broker-and-client floor), and light traffic with the default settings. Every
+# processor run is verified against the generator's model: a run that is fast and wrong fails the
+# script. CPU is sampled per run for the machine, the broker and PostgreSQL's processes. Finally
+# writes summary.md and SVG plots.
+#
+# The producer uses librdkafka's defaults (linger.ms=5), as an application would.
 #
 # Overridable: MESSAGES, ACCOUNTS, PARTITIONS, DUPLICATE_RATIO, BAD_RATIO, DEBIT_RATIO, ID_VERSION,
-# BATCH_SIZES, LATENCY_RUNS (batch size:percent of the best batched throughput), LATENCY_SECONDS, LINGER_MS, POOL_SIZE, KAFKA_BROKERS, OUT.
+# BATCH_SIZES, LATENCY_RUNS (batch size:percent of the best batched throughput[:natural]),
+# LIGHT_RATE (msgs/s of the default-settings runs), LATENCY_SECONDS, LINGER_MS, POOL_SIZE,
+# REMOTE_MESSAGES, REMOTE_DELAYS_MS, SCALE_OUT, KAFKA_BROKERS, OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -24,15 +34,19 @@ if [ "$quick" = 1 ]; then
   MESSAGES=${MESSAGES:-40000}; ACCOUNTS=${ACCOUNTS:-5000}
   BATCH_SIZES=${BATCH_SIZES:-"1 100 1000"}; LATENCY_RUNS=${LATENCY_RUNS:-"1000:50"}
   LATENCY_SECONDS=${LATENCY_SECONDS:-10}; OUT=${OUT:-target/loadtest-quick}
+  REMOTE_MESSAGES=${REMOTE_MESSAGES:-2000}; REMOTE_DELAYS_MS=${REMOTE_DELAYS_MS:-"2"}
+  SCALE_OUT=${SCALE_OUT:-"2"}
 else
   MESSAGES=${MESSAGES:-1000000}; ACCOUNTS=${ACCOUNTS:-100000}
   BATCH_SIZES=${BATCH_SIZES:-"1 10 100 500 1000 5000"}
-  LATENCY_RUNS=${LATENCY_RUNS:-"100:25 500:25 1000:25 500:50 1000:50"}
+  LATENCY_RUNS=${LATENCY_RUNS:-"100:25 500:25 1000:25 500:50 1000:50 1000:25:natural 1000:50:natural"}
   LATENCY_SECONDS=${LATENCY_SECONDS:-20}; OUT=${OUT:-results}
+  REMOTE_MESSAGES=${REMOTE_MESSAGES:-20000}; REMOTE_DELAYS_MS=${REMOTE_DELAYS_MS:-"0.5 2"}
+  SCALE_OUT=${SCALE_OUT:-"1 2 4"}
 fi
 PARTITIONS=${PARTITIONS:-8}; DUPLICATE_RATIO=${DUPLICATE_RATIO:-0.1}; BAD_RATIO=${BAD_RATIO:-0.01}
 DEBIT_RATIO=${DEBIT_RATIO:-0.3}; ID_VERSION=${ID_VERSION:-7}; LINGER_MS=${LINGER_MS:-20}
-POOL_SIZE=${POOL_SIZE:-$PARTITIONS}
+POOL_SIZE=${POOL_SIZE:-$PARTITIONS}; LIGHT_RATE=${LIGHT_RATE:-100}
 
 bin=./target/release/batch-inbox bench=./target/release/batch-inbox-bench
 work=$(mktemp -d)
@@ -41,9 +55,10 @@ cpu="$OUT/loadtest/cpu"
 mkdir -p "$runs" "$cpu"
 rm -f "$runs"/*.json "$cpu"/*.json
 stamp=$(date +%s)
-broker_pid=""
+broker_pid="" proxy_pids=()
 cleanup() {
   [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null || true
+  for pid in "${proxy_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -81,15 +96,46 @@ broker_cpu() {
   awk '{sub(/.*\) /, ""); print ($12+$13)/100}' "/proc/$broker_pid/stat"
 }
 
+# PostgreSQL's CPU seconds: the postmaster's own and its reaped children's, plus its live
+# children's. A backend that exits moves its time into the postmaster's cutime/cstime, so the
+# difference of two readings counts every backend that ran in between, whenever it ended.
+pg_cpu() {
+  python3 - "$pg_data/postmaster.pid" <<'PY'
+import os, sys
+try:
+    pm = open(sys.argv[1]).readline().strip()
+except OSError:
+    print(0); sys.exit()
+def fields(pid):
+    s = open(f"/proc/{pid}/stat").read()
+    return s[s.rindex(")") + 2:].split()
+ticks = 0
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    try:
+        f = fields(pid)
+    except OSError:
+        continue
+    if pid == pm:
+        ticks += sum(int(x) for x in f[11:15])  # utime stime cutime cstime
+    elif f[1] == pm:
+        ticks += int(f[11]) + int(f[12])
+print(ticks / os.sysconf("SC_CLK_TCK"))
+PY
+}
+
 # cpu_mark LABEL start|stop: where the machine's CPU went during a run.
 cpu_mark() {
   if [ "$2" = start ]; then
-    cpu_t0=$(date +%s.%N); cpu_m0=$(machine_cpu); cpu_b0=$(broker_cpu)
+    cpu_t0=$(date +%s.%N); cpu_m0=$(machine_cpu); cpu_b0=$(broker_cpu); cpu_p0=$(pg_cpu)
   else
-    python3 - "$cpu/$1.json" "$cpu_t0" "$(date +%s.%N)" "$cpu_m0" "$(machine_cpu)" "$cpu_b0" "$(broker_cpu)" <<'PY'
+    python3 - "$cpu/$1.json" "$cpu_t0" "$(date +%s.%N)" "$cpu_m0" "$(machine_cpu)" "$cpu_b0" \
+      "$(broker_cpu)" "$cpu_p0" "$(pg_cpu)" <<'PY'
 import json, sys
-f, t0, t1, m0, m1, b0, b1 = sys.argv[1], *map(float, sys.argv[2:])
-json.dump({"wall_s": t1 - t0, "machine_cpu_s": m1 - m0, "broker_cpu_s": b1 - b0}, open(f, "w"))
+f, t0, t1, m0, m1, b0, b1, p0, p1 = sys.argv[1], *map(float, sys.argv[2:])
+json.dump({"wall_s": t1 - t0, "machine_cpu_s": m1 - m0, "broker_cpu_s": b1 - b0,
+           "postgres_cpu_s": p1 - p0}, open(f, "w"))
 PY
   fi
 }
@@ -104,7 +150,11 @@ run_drain() {
   cpu_mark "$label" start
   local expect=()
   if [ "${1:-}" = --expect ]; then expect=(--expect "$2"); shift 2; fi
-  DATABASE_URL=$(db_url "$db") RUST_LOG=warn $bench drain --label "$label" \
+  local processes=1
+  if [ "${1:-}" = --processes ]; then processes=$2; shift 2; fi
+  # DB_HOST_PORT: a delaying proxy in front of PostgreSQL (remote-database runs).
+  local url="postgres://postgres@${DB_HOST_PORT:-127.0.0.1:5432}/$db"
+  DATABASE_URL=$url RUST_LOG=warn $bench drain --label "$label" --processes "$processes" \
     --report "$runs/$label.json" "${expect[@]}" -- $bin run --topic "$topic" \
     --group "$label-$stamp" --exit-on-eof --pool-size "$POOL_SIZE" \
     --batch-linger-ms "$LINGER_MS" "$@" | tee -a "$work/runs.log"
@@ -151,21 +201,22 @@ print(int(max(rates)) if rates else 1000)
 PY
 }
 
-# latency_run BATCH RATE PERCENT: the processor waits on an empty topic; then input arrives at
-# RATE/s (PERCENT of the best batched throughput).
+# latency_run LABEL RATE PROCESSOR-COMMAND…: the processor waits on an empty topic; then input
+# arrives at RATE/s for LATENCY_SECONDS. The command gets --topic and --group.
 latency_run() {
-  local size=$1 rate=$2 label="latency-b$1-r$3" topic="latency-b$1-r$3-$stamp"
+  local label=$1 rate=$2 topic="$1-$stamp"; shift 2
   local n=$(( rate * LATENCY_SECONDS ))
-  local db="bi_lt_${label//-/_}"
+  local db="bi_lt_${label//-/_}" expect=()
   fresh_database "$db"
-  DATABASE_URL=$(db_url "$db") $bin migrate >/dev/null
+  if [ "$2" = run ]; then
+    DATABASE_URL=$(db_url "$db") $bin migrate >/dev/null
+    expect=(--expect "$work/$label.expected.json")
+  fi
   $bench produce --topic "$topic" --partitions "$PARTITIONS" --messages 0 >/dev/null
   log "run $label: $n messages at $rate/s"
   DATABASE_URL=$(db_url "$db") RUST_LOG=info $bench drain --label "$label" \
-    --report "$runs/$label.json" --input-rate "$rate" --stop-after "$n" \
-    --expect "$work/$label.expected.json" -- $bin run --topic "$topic" \
-    --group "$label-$stamp" --batch-size "$size" --batch-linger-ms "$LINGER_MS" \
-    --pool-size "$POOL_SIZE" >>"$work/runs.log" 2>"$work/$label.err" &
+    --report "$runs/$label.json" --input-rate "$rate" --stop-after "$n" "${expect[@]}" \
+    -- "$@" --topic "$topic" --group "$label-$stamp" >>"$work/runs.log" 2>"$work/$label.err" &
   local run_pid=$!
   for _ in $(seq 1 300); do
     [ "$(grep -c 'partition assigned' "$work/$label.err" || true)" -ge "$PARTITIONS" ] && break
@@ -177,12 +228,31 @@ latency_run() {
   wait "$run_pid" || { cat "$work/$label.err" >&2; return 1; }
 }
 
+# floor_run RATE: consume-only at RATE/s, the broker-and-client floor of the latency runs.
+floor_run() {
+  [ -f "$runs/floor-r$1.json" ] && return 0
+  latency_run "floor-r$1" "$1" $bench consume-only --batch-size 1000 \
+    --batch-linger-ms "$LINGER_MS" --pool-size "$POOL_SIZE" --follow
+}
+
+# replay SIZE: the database-only ceiling at SIZE records per batch.
+replay() {
+  log "replay at batch size $1 (the same records, statements and handler; no Kafka)"
+  $bench replay --server-url postgres://postgres@127.0.0.1:5432 --database bi_lt_replay \
+    --records "$MESSAGES" --accounts "$ACCOUNTS" --duplicate-ratio "$DUPLICATE_RATIO" \
+    --bad-ratio "$BAD_RATIO" --debit-ratio "$DEBIT_RATIO" --id-version "$ID_VERSION" --seed 1 \
+    --partitions "$PARTITIONS" --batch-size "$1" --pool-size "$POOL_SIZE" --topic "$topic" \
+    --label "replay-b$1" --report "$OUT/loadtest/replay.jsonl" >>"$work/runs.log"
+}
+
 log "building release"
 cargo build --release --quiet --workspace --bins
 ensure_postgres
 enable_pg_stat_statements
 start_broker
 machine_json
+pg_data=$(psql -Atq -h 127.0.0.1 -U postgres -c "SHOW data_directory")
+rm -f "$OUT/loadtest/replay.jsonl"
 
 topic="loadtest-$stamp"
 log "producing $MESSAGES messages to $topic ($PARTITIONS partitions)"
@@ -210,15 +280,49 @@ cpu_mark consume-only stop
 log "COPY ceiling with the ids of batched-b$largest"
 $bench copy-ceiling --database-url "$(db_url "bi_lt_batched_b$largest")" --streams "$PARTITIONS" \
   --report "$runs/copy-ceiling.json"
+for size in $(printf '%s\n' 1000 "$largest" | sort -un); do
+  replay "$size"
+done
+run_drain "batched-natural-b$largest" "$topic" --expect "$expect" --batch-size "$largest" \
+  --batching natural
+for n in $SCALE_OUT; do
+  run_drain "scale-p$n" "$topic" --expect "$expect" --processes "$n" --batch-size 1000
+done
 if [ "$quick" = 0 ]; then
   run_drain backlog-1m "$topic" --expect "$expect" --batch-size 1000
 fi
 
-best=$(best_batched_rate)
-for run in $LATENCY_RUNS; do
-  size=${run%%:*} percent=${run##*:}
-  latency_run "$size" $(( best * percent / 100 )) "$percent"
+# A remote database: every round trip pays the proxy's delay each way.
+remote_topic="loadtest-remote-$stamp"
+$bench produce --topic "$remote_topic" --partitions "$PARTITIONS" --messages "$REMOTE_MESSAGES" \
+  --accounts "$ACCOUNTS" --duplicate-ratio "$DUPLICATE_RATIO" --bad-ratio "$BAD_RATIO" \
+  --debit-ratio "$DEBIT_RATIO" --id-version "$ID_VERSION" --seed 3 \
+  --expect "$work/remote.expected.json" >/dev/null
+for delay in $REMOTE_DELAYS_MS; do
+  port=$(free_port)
+  $bench delay-proxy --listen "127.0.0.1:$port" --target 127.0.0.1:5432 --delay-ms "$delay" &
+  proxy_pids+=($!)
+  for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+  DB_HOST_PORT="127.0.0.1:$port" run_drain "remote-${delay}ms-per-message" "$remote_topic" \
+    --expect "$work/remote.expected.json" --mode per-message
+  DB_HOST_PORT="127.0.0.1:$port" run_drain "remote-${delay}ms-batched-b1000" "$remote_topic" \
+    --expect "$work/remote.expected.json" --batch-size 1000
 done
+
+best=$(best_batched_rate)
+processor=($bin run --pool-size "$POOL_SIZE")
+for run in $LATENCY_RUNS; do
+  IFS=: read -r size percent batching <<<"$run"
+  rate=$(( best * percent / 100 )) tag=""
+  [ -n "$batching" ] && tag="-$batching"
+  latency_run "latency$tag-b$size-r$percent" "$rate" "${processor[@]}" --batch-size "$size" \
+    --batch-linger-ms "$LINGER_MS" --batching "${batching:-linger}"
+  floor_run "$rate"
+done
+# Light traffic with the default settings (no batch flags): linger, then natural batching.
+latency_run "light-linger-r$LIGHT_RATE" "$LIGHT_RATE" "${processor[@]}"
+latency_run "light-natural-r$LIGHT_RATE" "$LIGHT_RATE" "${processor[@]}" --batching natural
+floor_run "$LIGHT_RATE"
 
 $bench summary --input "$OUT/loadtest" --output "$OUT"
 log "done: $OUT/summary.md"

@@ -1,44 +1,49 @@
 //! The "where the CPU went" section: for each run the load test sampled, the machine's CPU time
-//! split between the processor, the broker, and PostgreSQL with everything else.
+//! split between the processor, the broker, PostgreSQL's processes and the rest.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
-use serde_json::{Map, Value};
 
-use super::{header, read_json, row, SummaryError};
+use super::{header, read_json, row, SummaryError, DASH};
 use crate::report::RunReport;
 
 /// One run's CPU sample, as `scripts/loadtest.sh` writes it to `cpu/<label>.json`.
 #[derive(Debug, Deserialize)]
-struct CpuSample {
+pub(super) struct CpuSample {
     wall_s: f64,
     machine_cpu_s: f64,
     broker_cpu_s: f64,
+    /// PostgreSQL's processes (absent in samples of older load tests).
+    #[serde(default)]
+    postgres_cpu_s: Option<f64>,
+}
+
+/// The CPU samples by run label.
+pub(super) type Samples = BTreeMap<String, CpuSample>;
+
+/// PostgreSQL's CPU per record of `r`, in µs, when sampled.
+pub(super) fn postgres_us_per_record(samples: &Samples, r: &RunReport) -> Option<f64> {
+    let s = samples.get(&r.label)?.postgres_cpu_s?;
+    Some(s / r.stats.records.max(1) as f64 * 1e6)
 }
 
 const HEAD: &str = concat!(
-    "configuration|wall s|CPU busy|processor s|broker s|PostgreSQL and rest s|",
-    "CPU µs per record|processor µs per record"
+    "configuration|wall s|CPU busy|processor s|broker s|PostgreSQL s|rest s|",
+    "CPU µs per record|processor µs per record|PostgreSQL µs per record"
 );
 
 /// The section, or an empty string when the load test recorded no CPU samples.
-pub(super) fn section(
-    input: &Path,
-    machine: &Map<String, Value>,
-    runs: &[RunReport],
-) -> Result<String, SummaryError> {
-    let samples = read_samples(&input.join("cpu"))?;
+pub(super) fn section(samples: &Samples, cores: f64, runs: &[RunReport]) -> String {
     if samples.is_empty() {
-        return Ok(String::new());
+        return String::new();
     }
-    let cores = machine.get("cores").and_then(Value::as_f64).unwrap_or(1.0);
     let mut md = String::from("\n## Where the CPU went\n\n");
     md.push_str(&format!(
-        "Machine CPU time during each drain ({cores} cores): the processor's own (from the \
-         process), the broker's (from its process), and the rest, which is PostgreSQL and \
-         anything else running.\n"
+        "Machine CPU time during each run ({cores} cores): the processor's own (from the \
+         process), the broker's (from its process), PostgreSQL's (the postmaster and its \
+         backends, ended ones included) and the rest (the load tools and anything else).\n"
     ));
     header(&mut md, HEAD);
     for r in runs {
@@ -46,26 +51,30 @@ pub(super) fn section(
             row(&mut md, &cells(r, s, cores));
         }
     }
-    Ok(md)
+    md
 }
 
 fn cells(r: &RunReport, s: &CpuSample, cores: f64) -> Vec<String> {
     let records = r.stats.records.max(1) as f64;
-    let rest = (s.machine_cpu_s - s.broker_cpu_s - r.cpu_s).max(0.0);
+    let pg = s.postgres_cpu_s.unwrap_or(0.0);
+    let rest = (s.machine_cpu_s - s.broker_cpu_s - r.cpu_s - pg).max(0.0);
     let busy = s.machine_cpu_s / (s.wall_s * cores).max(1e-9);
+    let per_record = |v: f64| format!("{:.1}", v / records * 1e6);
     vec![
         r.label.clone(),
         format!("{:.1}", s.wall_s),
         format!("{:.0}%", busy * 100.0),
         format!("{:.1}", r.cpu_s),
         format!("{:.1}", s.broker_cpu_s),
+        s.postgres_cpu_s.map_or(DASH.into(), |v| format!("{v:.1}")),
         format!("{rest:.1}"),
-        format!("{:.1}", s.machine_cpu_s / records * 1e6),
-        format!("{:.1}", r.cpu_s / records * 1e6),
+        per_record(s.machine_cpu_s),
+        per_record(r.cpu_s),
+        s.postgres_cpu_s.map_or(DASH.into(), per_record),
     ]
 }
 
-fn read_samples(dir: &Path) -> Result<BTreeMap<String, CpuSample>, SummaryError> {
+pub(super) fn read_samples(dir: &Path) -> Result<Samples, SummaryError> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(BTreeMap::new());
     };
