@@ -7,13 +7,14 @@
 # Steps: build release; ensure PostgreSQL (with pg_stat_statements, to count statements); start
 # a nisshi broker (or use $KAFKA_BROKERS); produce ONE input set with duplicates, bad input and overdrafts;
 # then, each on a fresh database and consumer group, drain it with: the per-message baseline, the
-# batched mode over a batch-size sweep, and a consume-only drain (broker/client ceiling); copy the
+# batched mode over a batch-size sweep, the SQL handler (examples/sql/balances_upsert.sql) per
+# message and batched, and a consume-only drain (broker/client ceiling); copy the
 # same ids with binary COPY (database ceiling); run fixed-rate latency runs at half the best
 # batched throughput. Every processor run is verified against the generator's model: a run that
 # is fast and wrong fails the script. Finally writes summary.md and SVG plots.
 #
 # Overridable: MESSAGES, ACCOUNTS, PARTITIONS, DUPLICATE_RATIO, BAD_RATIO, DEBIT_RATIO, ID_VERSION,
-# BATCH_SIZES, LATENCY_RUNS (batch size:percent of the best batched throughput), LATENCY_SECONDS, LINGER_MS, POOL_SIZE, KAFKA_BROKERS, OUT.
+# BATCH_SIZES, SQL_BATCH_SIZE (the SQL handler's batched run), LATENCY_RUNS (batch size:percent of the best batched throughput), LATENCY_SECONDS, LINGER_MS, POOL_SIZE, KAFKA_BROKERS, OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -32,7 +33,7 @@ else
 fi
 PARTITIONS=${PARTITIONS:-8}; DUPLICATE_RATIO=${DUPLICATE_RATIO:-0.1}; BAD_RATIO=${BAD_RATIO:-0.01}
 DEBIT_RATIO=${DEBIT_RATIO:-0.3}; ID_VERSION=${ID_VERSION:-7}; LINGER_MS=${LINGER_MS:-20}
-POOL_SIZE=${POOL_SIZE:-$PARTITIONS}
+POOL_SIZE=${POOL_SIZE:-$PARTITIONS}; SQL_BATCH_SIZE=${SQL_BATCH_SIZE:-1000}
 
 bin=./target/release/batch-inbox bench=./target/release/batch-inbox-bench
 work=$(mktemp -d)
@@ -104,6 +105,8 @@ run_drain() {
   cpu_mark "$label" start
   local expect=()
   if [ "${1:-}" = --expect ]; then expect=(--expect "$2"); shift 2; fi
+  # --sums: the balances are the sums of every new entry (the SQL handler's balances upsert).
+  if [ "${1:-}" = --sums ]; then expect+=(--sums); shift; fi
   DATABASE_URL=$(db_url "$db") RUST_LOG=warn $bench drain --label "$label" \
     --report "$runs/$label.json" "${expect[@]}" -- $bin run --topic "$topic" \
     --group "$label-$stamp" --exit-on-eof --pool-size "$POOL_SIZE" \
@@ -197,6 +200,11 @@ for size in $BATCH_SIZES; do
   run_drain "batched-b$size" "$topic" --expect "$expect" --batch-size "$size"
   [ "$size" -gt "$largest" ] && largest=$size
 done
+# The SQL handler on the same input, next to the Rust ledger: one aggregate upsert per batch,
+# checked against the model without the ledger's overdraft rule.
+sql=(--handler sql --apply-sql examples/sql/balances_upsert.sql)
+run_drain sql-per-message "$topic" --expect "$expect" --sums --mode per-message "${sql[@]}"
+run_drain sql-batched "$topic" --expect "$expect" --sums --batch-size "$SQL_BATCH_SIZE" "${sql[@]}"
 # The broker-and-client ceiling: the same pipeline without any database work.
 db="bi_lt_consume_only"
 fresh_database "$db"

@@ -196,6 +196,10 @@ fn settings_of(args: &RunArgs) -> RunSettings {
         batch_size: p.batch_size.get() as u64,
         linger_ms: p.batch_linger_ms,
         pool_size: p.pool_size.get() as u64,
+        handler: args
+            .handler
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned()),
     }
 }
 

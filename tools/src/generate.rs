@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use batch_inbox::internal::message::parse_id;
 use batch_inbox::internal::reason::Reason;
-use batch_inbox::ledger::{apply_amount, Entry};
+use batch_inbox::ledger::{apply_amount, Entry, AMOUNT_OVERFLOW, INSUFFICIENT_FUNDS};
 
 /// Shape of the generated input.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -124,12 +124,29 @@ pub struct Expected {
     pub dead_letters: BTreeMap<String, u64>,
     /// Final balance of every account that received a valid message.
     pub balances: BTreeMap<i64, i64>,
+    /// Sum of the amounts of every new valid message per account, overdrafts included: the
+    /// balances without the ledger's rules (the SQL handler's `balances_upsert.sql`).
+    #[serde(default)]
+    pub sums: BTreeMap<i64, i64>,
 }
 
 impl Expected {
     /// Sum of all balances.
     pub fn total(&self) -> i64 {
         self.balances.values().sum()
+    }
+
+    /// The outcome of adding up every new valid entry, without the ledger's rules: balances are
+    /// [`Expected::sums`], and there are no rejections (bad input is dead-lettered as before).
+    pub fn summed(&self) -> Expected {
+        let rules = [INSUFFICIENT_FUNDS, AMOUNT_OVERFLOW];
+        let mut dead_letters = self.dead_letters.clone();
+        dead_letters.retain(|reason, _| !rules.iter().any(|r| r.as_str() == reason));
+        Expected {
+            dead_letters,
+            balances: self.sums.clone(),
+            ..self.clone()
+        }
     }
 }
 
@@ -161,6 +178,8 @@ impl Model {
                     return;
                 }
                 self.expected.new += 1;
+                let sum = self.expected.sums.entry(entry.account_id).or_insert(0);
+                *sum = sum.saturating_add(entry.amount);
                 let balance = self.expected.balances.entry(entry.account_id).or_insert(0);
                 match apply_amount(*balance, entry.amount) {
                     Ok(next) => *balance = next,
@@ -375,6 +394,36 @@ mod tests {
         }
         assert!(ea.duplicates > 500, "{}", ea.duplicates);
         assert!(ea.balances.values().all(|b| *b >= 0));
+        // Without the rules: every new entry counts, overdrafts included.
+        let summed = ea.summed();
+        assert!(summed.balances.values().any(|b| *b < 0));
+        assert_eq!(summed.total(), ea.total() + overdrafts(&a));
+        assert!(!summed.dead_letters.contains_key("insufficient_funds"));
+        assert_eq!(
+            summed.dead_letters["missing_id"],
+            ea.dead_letters["missing_id"]
+        );
+    }
+
+    /// The sum of the amounts the ledger refuses in `records`.
+    fn overdrafts(records: &[Record]) -> i64 {
+        let (mut seen, mut balances, mut refused) = (HashSet::new(), BTreeMap::new(), 0);
+        for r in records {
+            let id = r.id.as_deref().and_then(|s| parse_id(s.as_bytes()).ok());
+            let Some(id) = id else { continue };
+            let Ok(entry) = Entry::parse(r.value.as_deref()) else {
+                continue;
+            };
+            if !seen.insert(id) {
+                continue;
+            }
+            let balance = balances.entry(entry.account_id).or_insert(0i64);
+            match apply_amount(*balance, entry.amount) {
+                Ok(next) => *balance = next,
+                Err(_) => refused += entry.amount,
+            }
+        }
+        refused
     }
 
     #[test]

@@ -59,6 +59,8 @@ const LATENCY_HEAD: &str = concat!(
     "configuration|batch size|linger ms|rate msgs/s|p50|p90|p99|p99.9|max|",
     "batch_wait p99|dedup p99|handler p99|commit p99|offset_store p99"
 );
+const SQL_HEAD: &str =
+    "configuration|mode|batch size|msgs/s|Rust ledger run|ledger msgs/s|SQL / ledger|verified";
 /// Stages whose p99 the latency table shows, as in [`LATENCY_HEAD`].
 const STAGES: [&str; 5] = ["batch_wait", "dedup", "handler", "commit", "offset_store"];
 
@@ -113,12 +115,24 @@ fn read_runs(dir: &Path) -> Result<Vec<RunReport>, SummaryError> {
     Ok(runs)
 }
 
-/// Per-message, batched by batch size, consume-only, copy, then any other mode.
-fn order(r: &RunReport) -> (usize, u64, u64, &str) {
+/// The Rust ledger's runs first, then the SQL handler's; each: per-message, batched by batch
+/// size, consume-only, copy, then any other mode.
+fn order(r: &RunReport) -> (bool, usize, u64, u64, &str) {
     let modes = ["per-message", "batched", "consume-only", "copy"];
     let rank = modes.iter().position(|m| *m == r.settings.mode);
     let rank = rank.unwrap_or(modes.len());
-    (rank, r.settings.batch_size, r.settings.linger_ms, &r.label)
+    (
+        is_sql(r),
+        rank,
+        r.settings.batch_size,
+        r.settings.linger_ms,
+        &r.label,
+    )
+}
+
+/// A run of the SQL handler (`run --handler sql`): compared with the ledger, never a reference.
+fn is_sql(r: &RunReport) -> bool {
+    r.settings.handler == "sql"
 }
 
 fn is_drain(r: &RunReport) -> bool {
@@ -145,9 +159,9 @@ fn best(runs: &[RunReport], keep: impl Fn(&RunReport) -> bool) -> Option<&RunRep
     drains.max_by(|a, b| a.msgs_per_sec.total_cmp(&b.msgs_per_sec))
 }
 
-/// The reference rate of a mode: its fastest trusted backlog drain.
+/// The reference rate of a mode: its fastest trusted backlog drain (not of the SQL handler).
 fn best_rate(runs: &[RunReport], mode: &str) -> Option<f64> {
-    let r = best(runs, |r| r.settings.mode == mode)?;
+    let r = best(runs, |r| r.settings.mode == mode && !is_sql(r))?;
     Some(r.msgs_per_sec).filter(|v| *v > 0.0)
 }
 
@@ -211,6 +225,7 @@ fn render(machine: &Map<String, Value>, runs: &[RunReport]) -> String {
     for r in runs.iter().filter(|r| is_drain(r)) {
         row(&mut md, &throughput_row(r, base, copy, consume));
     }
+    sql_handler(&mut md, runs);
     md.push_str("\n## Latency (fixed rate)\n\nEnd-to-end: Kafka timestamp to COMMIT, per record. ");
     md.push_str("Stages: p99 per transaction. All in ms.\n");
     header(&mut md, LATENCY_HEAD);
@@ -253,6 +268,44 @@ fn throughput_row(
     ]
 }
 
+/// The SQL handler's drains next to the Rust ledger's drain of the same mode (and batch size).
+fn sql_handler(md: &mut String, runs: &[RunReport]) {
+    let sql: Vec<&RunReport> = runs.iter().filter(|r| is_drain(r) && is_sql(r)).collect();
+    if sql.is_empty() {
+        return;
+    }
+    md.push_str("\n## SQL handler vs the Rust ledger\n\n");
+    md.push_str("The same input drained by `run --handler sql --apply-sql ");
+    md.push_str("examples/sql/balances_upsert.sql` (one aggregate upsert per batch, no overdraft ");
+    md.push_str("rule) and by the Rust ledger, in the same mode and batch size.\n");
+    header(md, SQL_HEAD);
+    for r in sql {
+        let per_message = r.settings.mode == "per-message";
+        let peer = best(runs, |l| {
+            !is_sql(l)
+                && l.settings.mode == r.settings.mode
+                && (per_message || l.settings.batch_size == r.settings.batch_size)
+        });
+        let verified = r.verified.map_or(DASH, |v| if v { "yes" } else { "no" });
+        row(
+            md,
+            &[
+                cell(&r.label),
+                cell(&r.settings.mode),
+                batch_cell(r),
+                int(r.msgs_per_sec),
+                peer.map_or(DASH.into(), |l| cell(&l.label)),
+                peer.map_or(DASH.into(), |l| int(l.msgs_per_sec)),
+                peer.filter(|l| l.msgs_per_sec > 0.0)
+                    .map_or(DASH.into(), |l| {
+                        format!("{:.2}×", r.msgs_per_sec / l.msgs_per_sec)
+                    }),
+                verified.into(),
+            ],
+        );
+    }
+}
+
 fn latency_row(r: &RunReport) -> Vec<String> {
     let e = &r.e2e_latency_ms;
     let mut cells = vec![
@@ -284,7 +337,8 @@ fn gap(actual: f64, target: f64, more_is_better: bool, text: impl Fn(f64) -> Str
 
 fn targets(md: &mut String, runs: &[RunReport], base: Option<f64>, copy: Option<f64>) {
     md.push_str("\n## Targets\n\n");
-    let big = |r: &RunReport| r.settings.mode == "batched" && r.settings.batch_size >= 500;
+    let big =
+        |r: &RunReport| r.settings.mode == "batched" && r.settings.batch_size >= 500 && !is_sql(r);
     let best = best(runs, big);
     let a = "(a) best batched run (batch size ≥ 500) ≥ 30× per-message msgs/s";
     let b = "(b) that run ≥ 50% of the COPY ceiling";
@@ -435,7 +489,7 @@ fn plot(path: &Path, caption: &str, axes: [&str; 2], lines: Vec<Line>, refs: Vec
 
 fn plot_throughput(runs: &[RunReport], path: &Path) -> Drawn {
     let keep = |r: &&RunReport| is_drain(r) && r.settings.mode == "batched";
-    let keep = |r: &&RunReport| keep(r) && !r.label.starts_with("backlog-1m");
+    let keep = |r: &&RunReport| keep(r) && !r.label.starts_with("backlog-1m") && !is_sql(r);
     let pts = runs.iter().filter(keep);
     let pts = pts.map(|r| (batch_of(r).unwrap_or(1) as f64, r.msgs_per_sec.max(1.0)));
     let lines = vec![Line("batched".into(), pts.collect(), BLUE)];
@@ -497,6 +551,9 @@ mod tests {
             ("batched-2000", "batched", 2000, None, 90_000.0), // fails verification
             ("copy", "copy", 0, None, 100_000.0),
             ("rate-5k", "batched", 500, Some(5_000.0), 5_000.0),
+            // Faster than the ledger here: never the target's run, nor a reference rate.
+            ("sql-batched", "batched", 1000, None, 42_000.0),
+            ("sql-per-message", "per-message", 1, None, 2_000.0),
         ];
         for (i, (label, mode, batch_size, rate, msgs_per_sec)) in runs.into_iter().enumerate() {
             let mut r = RunReport {
@@ -507,6 +564,9 @@ mod tests {
             (r.settings.mode, r.settings.batch_size) = (mode.into(), batch_size);
             (r.input_rate, r.settings.linger_ms) = (rate, 20);
             r.verified = Some(label != "batched-2000");
+            if label.starts_with("sql-") {
+                r.settings.handler = "sql".into();
+            }
             (r.stats.records, r.cpu_s) = (1_000_000, 3.0);
             let e2e = &mut r.e2e_latency_ms;
             (e2e.count, e2e.p50, e2e.p99, e2e.p999) = (100, 5.0, 60.0, 90.0);
@@ -521,6 +581,9 @@ mod tests {
         for want in [
             "| batched-1000 | 10.0 | 90% | 3.0 | 5.0 | 10.0 | 18.0 | 3.0 |",
             "| cores | 2 |",
+            "| sql-batched | batched | 1000 | 42,000 | batched-1000 | 35,000 | 1.20× | yes |",
+            "| sql-per-message | per-message | 1 | 2,000 | per-message | 1,000 | 2.00× | yes |",
+            "| sql-batched | batched | 1000 | 42,000 | 42.0× |",
             "| broker | redpanda |",
             "| batched-1000 | batched | 1000 | 35,000 | 35.0× | 35.0% | — | 5.00 | 60.00 | 90.00 |",
             "≥ 30× per-message msgs/s: **MET** — `batched-1000` 35,000 msgs/s = 35.0×",
