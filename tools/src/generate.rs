@@ -128,6 +128,11 @@ pub struct Expected {
     /// balances without the ledger's rules (the SQL handler's `balances_upsert.sql`).
     #[serde(default)]
     pub sums: BTreeMap<i64, i64>,
+    /// Records with a valid id whose value is JSON but no entry (`{"account_id": "7", …}`): the
+    /// ledger dead-letters them when decoding, the SQL statement rejects them, so their ids
+    /// are in the SQL handler's inbox (the generator gives each a fresh id).
+    #[serde(default)]
+    pub json_not_entries: u64,
 }
 
 impl Expected {
@@ -137,17 +142,23 @@ impl Expected {
     }
 
     /// The outcome of adding up every new valid entry, without the ledger's rules: balances are
-    /// [`Expected::sums`], and there are no rejections (bad input is dead-lettered as before).
+    /// [`Expected::sums`], there are no overdraft rejections, and values that are JSON but no
+    /// entry are rejected after the dedup (their ids enter the inbox) under the same reason.
     pub fn summed(&self) -> Expected {
         let rules = [INSUFFICIENT_FUNDS, AMOUNT_OVERFLOW];
         let mut dead_letters = self.dead_letters.clone();
         dead_letters.retain(|reason, _| !rules.iter().any(|r| r.as_str() == reason));
         Expected {
+            new: self.new + self.json_not_entries,
             dead_letters,
             balances: self.sums.clone(),
             ..self.clone()
         }
     }
+}
+
+fn is_json(value: Option<&[u8]>) -> bool {
+    value.is_some_and(|v| serde_json::from_slice::<serde::de::IgnoredAny>(v).is_ok())
 }
 
 /// Applies records to the model, in production order.
@@ -171,6 +182,10 @@ impl Model {
                 .map_err(|(reason, _)| reason),
         };
         match reason {
+            Err(Reason::InvalidPayload) if is_json(r.value.as_deref()) => {
+                self.expected.json_not_entries += 1;
+                self.dead_letter(Reason::InvalidPayload);
+            }
             Err(reason) => self.dead_letter(reason),
             Ok((id, entry)) => {
                 if !self.seen.insert(id) {
@@ -403,6 +418,7 @@ mod tests {
             summed.dead_letters["missing_id"],
             ea.dead_letters["missing_id"]
         );
+        assert!(ea.json_not_entries > 0 && summed.new == ea.new + ea.json_not_entries);
     }
 
     /// The sum of the amounts the ledger refuses in `records`.
