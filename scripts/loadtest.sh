@@ -7,7 +7,8 @@
 # Steps: build release; ensure PostgreSQL (with pg_stat_statements, to count statements); start
 # a nisshi broker (or use $KAFKA_BROKERS); produce ONE input set with duplicates, bad input and
 # overdrafts; then, each on a fresh database and consumer group, drain it with: the per-message
-# baseline, the batched mode over a batch-size sweep, natural batching, and a consume-only drain
+# baseline, the batched mode over a batch-size sweep, natural batching, the SQL handler
+# (examples/sql/balances_upsert.sql) per message and batched, and a consume-only drain
 # (broker/client ceiling); replay the same records from memory with the same statements and
 # handler and no Kafka (database-only ceiling); copy the same ids with binary COPY (raw database
 # floor); drain with 1, 2 and 4 processes in one group (scale-out); drain a smaller input through
@@ -21,7 +22,7 @@
 # The producer uses librdkafka's defaults (linger.ms=5), as an application would.
 #
 # Overridable: MESSAGES, ACCOUNTS, PARTITIONS, DUPLICATE_RATIO, BAD_RATIO, DEBIT_RATIO, ID_VERSION,
-# BATCH_SIZES, LATENCY_RUNS (batch size:percent of the best batched throughput[:natural]),
+# BATCH_SIZES, SQL_BATCH_SIZE (the SQL handler's batched run), LATENCY_RUNS (batch size:percent of the best batched throughput[:natural]),
 # LIGHT_RATE (msgs/s of the default-settings runs), LATENCY_SECONDS, LINGER_MS, POOL_SIZE,
 # REMOTE_MESSAGES, REMOTE_DELAYS_MS, SCALE_OUT, KAFKA_BROKERS, OUT.
 set -euo pipefail
@@ -47,6 +48,7 @@ fi
 PARTITIONS=${PARTITIONS:-8}; DUPLICATE_RATIO=${DUPLICATE_RATIO:-0.1}; BAD_RATIO=${BAD_RATIO:-0.01}
 DEBIT_RATIO=${DEBIT_RATIO:-0.3}; ID_VERSION=${ID_VERSION:-7}; LINGER_MS=${LINGER_MS:-20}
 POOL_SIZE=${POOL_SIZE:-$PARTITIONS}; LIGHT_RATE=${LIGHT_RATE:-100}
+SQL_BATCH_SIZE=${SQL_BATCH_SIZE:-1000}
 
 bin=./target/release/batch-inbox bench=./target/release/batch-inbox-bench
 work=$(mktemp -d)
@@ -150,6 +152,8 @@ run_drain() {
   cpu_mark "$label" start
   local expect=()
   if [ "${1:-}" = --expect ]; then expect=(--expect "$2"); shift 2; fi
+  # --sums: the balances are the sums of every new entry (the SQL handler's balances upsert).
+  if [ "${1:-}" = --sums ]; then expect+=(--sums); shift; fi
   local processes=1
   if [ "${1:-}" = --processes ]; then processes=$2; shift 2; fi
   # DB_HOST_PORT: a delaying proxy in front of PostgreSQL (remote-database runs).
@@ -267,6 +271,11 @@ for size in $BATCH_SIZES; do
   run_drain "batched-b$size" "$topic" --expect "$expect" --batch-size "$size"
   [ "$size" -gt "$largest" ] && largest=$size
 done
+# The SQL handler on the same input, next to the Rust ledger: one aggregate upsert per batch,
+# checked against the model without the ledger's overdraft rule.
+sql=(--handler sql --apply-sql examples/sql/balances_upsert.sql)
+run_drain sql-per-message "$topic" --expect "$expect" --sums --mode per-message "${sql[@]}"
+run_drain sql-batched "$topic" --expect "$expect" --sums --batch-size "$SQL_BATCH_SIZE" "${sql[@]}"
 # The broker-and-client ceiling: the same pipeline without any database work.
 db="bi_lt_consume_only"
 fresh_database "$db"

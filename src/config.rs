@@ -145,6 +145,19 @@ pub struct RunArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub pipeline: PipelineArgs,
+    /// What applies the new messages: `ledger` (the reference account ledger) or `sql` (the
+    /// statement of --apply-sql).
+    #[arg(long, env = "BATCH_INBOX_HANDLER", value_enum, default_value_t = HandlerKind::Ledger)]
+    pub handler: HandlerKind,
+    /// With --handler sql: a file holding one SQL statement, run once per batch in the batch's
+    /// transaction with $1 = its new messages as a jsonb array (docs/SQL-HANDLER.md).
+    #[arg(
+        long,
+        env = "BATCH_INBOX_APPLY_SQL",
+        value_name = "FILE",
+        required_if_eq("handler", "sql")
+    )]
+    pub apply_sql: Option<std::path::PathBuf>,
     /// Exit 0 once the consumer group has committed every partition of the topic to its end
     /// (this member's and the others': a backfill is done only when the whole topic is).
     #[arg(long, env = "BATCH_INBOX_EXIT_ON_EOF")]
@@ -217,6 +230,16 @@ pub struct OpsArgs {
     pub print_config: bool,
 }
 
+/// The handler of `run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum HandlerKind {
+    /// The reference handler: account balances that never go below zero.
+    #[default]
+    Ledger,
+    /// One SQL statement per batch, from --apply-sql.
+    Sql,
+}
+
 /// Longest batch linger: far beyond any useful one, and far from overflowing a deadline.
 const MAX_LINGER_MS: u64 = 3_600_000;
 
@@ -280,6 +303,16 @@ impl PipelineArgs {
 }
 
 impl RunArgs {
+    /// Refuses a statement file without the SQL handler (it would be silently unused).
+    pub fn check_handler(&self) -> Result<(), String> {
+        match (self.handler, &self.apply_sql) {
+            (HandlerKind::Ledger, Some(_)) => {
+                Err("--apply-sql is the SQL handler's statement: add --handler sql".to_owned())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Processor configuration from the flags.
     pub fn processor(&self) -> ProcessorConfig {
         let kafka = KafkaSettings {
@@ -421,6 +454,26 @@ mod tests {
             help.contains("--batch-size") && !help.contains("unsafe"),
             "{help}"
         );
+    }
+
+    #[test]
+    fn the_sql_handler_needs_its_statement_and_the_statement_its_handler() {
+        let err = parse(&["run", "--handler", "sql"]).unwrap_err().to_string();
+        assert!(err.contains("--apply-sql"), "{err}");
+        let run = |args: &[&str]| match parse(args).unwrap().command {
+            Command::Run(run) => run,
+            _ => panic!("not run"),
+        };
+        let sql = run(&["run", "--handler", "sql", "--apply-sql", "x.sql"]);
+        assert_eq!(sql.handler, HandlerKind::Sql);
+        assert_eq!(sql.check_handler(), Ok(()));
+        let ledger = run(&["run"]);
+        assert_eq!(
+            (ledger.handler, ledger.check_handler()),
+            (HandlerKind::Ledger, Ok(()))
+        );
+        let stray = run(&["run", "--apply-sql", "x.sql"]);
+        assert!(stray.check_handler().unwrap_err().contains("--handler sql"));
     }
 
     #[test]

@@ -24,7 +24,8 @@
 //! with a [`ProcessorConfig`] and a pool from [`db::connect`], after [`db::migrate`]. The handler
 //! gets only messages whose ids are new, in partition order, and only the batch's
 //! [`Transaction`]; it returns the messages it refuses ([`Rejection`], with a [`Reason`] it
-//! names). [`ledger::Ledger`] is the reference implementation; [`retention`] keeps the inbox from
+//! names). [`ledger::Ledger`] is the reference implementation; [`SqlHandler`] runs one SQL
+//! statement per batch instead of Rust code (docs/SQL-HANDLER.md); [`retention`] keeps the inbox from
 //! growing without bound and guards the dedup window it leaves. [`Stats`] counts a run as it goes.
 //!
 //! ## Layout
@@ -44,7 +45,8 @@
 //!   after COMMIT (`offsets`: the contiguous committed position).
 //! - `inbox`: the transaction (dedup, handler, dead letters, next offset, COMMIT);
 //!   `dead_letter`: storable dead-letter rows; `offset_table`: offsets in the database; `sql`:
-//!   every statement; `handler`: the business trait; `ledger`: the reference handler.
+//!   every statement; `handler`: the business trait; `ledger`: the reference handler;
+//!   `sql_handler`: the handler made of one SQL statement.
 //! - `processor`: the wiring of the above.
 //! - `outcome`, `stats`, `telemetry`, `metrics`, `stats_file`, `exporter`, `logging`: what a run
 //!   did, observed once and shown as counters, Prometheus metrics, the stats file, probes and
@@ -81,6 +83,7 @@ mod resume;
 pub mod retention;
 mod secret;
 mod sql;
+mod sql_handler;
 mod stats;
 mod stats_file;
 mod telemetry;
@@ -98,6 +101,7 @@ pub use message::{Decode, Header, Message, RawMessage};
 pub use metrics::{Measured, Percentiles};
 pub use processor::{run, run_with_stats, ProcessorConfig};
 pub use reason::{InvalidReason, Reason, RejectReason};
+pub use sql_handler::{JsonPayload, SqlError, SqlFileError, SqlHandler};
 pub use stats::{Stats, StatsSnapshot};
 pub use stats_file::{RunSettings, StatsFile, StatsReport};
 pub use unsafe_controls::UnsafeControls;
@@ -202,6 +206,10 @@ pub mod internal {
     #[allow(missing_docs)]
     pub mod sql {
         pub use crate::sql::*;
+    }
+    #[allow(missing_docs)]
+    pub mod sql_handler {
+        pub use crate::sql_handler::*;
     }
     #[allow(missing_docs)]
     pub mod stats {

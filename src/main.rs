@@ -2,11 +2,13 @@
 
 use std::sync::Arc;
 
-use batch_inbox::internal::config::{CleanupCommandArgs, Command, MigrateArgs, RunArgs};
+use batch_inbox::internal::config::{
+    CleanupCommandArgs, Command, HandlerKind, MigrateArgs, RunArgs,
+};
 use batch_inbox::internal::config_file::{self, ConfigError, Source};
 use batch_inbox::internal::stats::Stats;
 use batch_inbox::internal::stats_file::RunSettings;
-use batch_inbox::{db, ledger::Ledger, retention};
+use batch_inbox::{db, ledger::Ledger, retention, Handler, SqlHandler};
 use clap::ValueEnum;
 use tokio_util::sync::CancellationToken;
 
@@ -34,7 +36,12 @@ async fn main() -> std::process::ExitCode {
             print_settings(&loaded.settings);
             Ok(())
         }
-        Command::Run(args) => match args.processor().kafka.check(args.offsets_in_db) {
+        Command::Run(args) => match args.check_handler().and_then(|()| {
+            args.processor()
+                .kafka
+                .check(args.offsets_in_db)
+                .map_err(|e| e.to_string())
+        }) {
             Ok(()) => run(*args).await,
             Err(refused) => {
                 eprintln!("error: {refused}");
@@ -129,6 +136,11 @@ async fn start_maintenance(
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let pool = db::connect(args.db.database_url.expose(), args.pipeline.pool_size.get()).await?;
     db::check_schema(&pool).await?;
+    // Before anything else starts: a statement that cannot run ends the process here.
+    let sql = match (&args.handler, &args.apply_sql) {
+        (HandlerKind::Sql, Some(path)) => Some(prepare_sql(&pool, path).await?),
+        _ => None,
+    };
     let maintenance = start_maintenance(&args, &pool).await?;
     let started = std::time::Instant::now();
     // The latency distributions are kept only for a stats file.
@@ -144,7 +156,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.ops.stats_interval,
         )
     });
-    let result = process(&args, &pool, stats.clone()).await;
+    let result = match sql {
+        Some(handler) => process(&args, &pool, stats.clone(), handler).await,
+        None => process(&args, &pool, stats.clone(), Ledger).await,
+    };
     if let Some(m) = maintenance {
         m.stop.cancel();
         if let Err(e) = m.task.await {
@@ -181,14 +196,36 @@ fn settings_of(args: &RunArgs) -> RunSettings {
         batch_size: p.batch_size.get() as u64,
         linger_ms: p.batch_linger_ms,
         pool_size: p.pool_size.get() as u64,
+        handler: args
+            .handler
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned()),
     }
 }
 
-/// Runs the ledger processor, with the operations listener and the summary lines beside it.
-async fn process(
+/// Reads and prepares the statement of `--apply-sql` (one line of error when it cannot run).
+async fn prepare_sql(
+    pool: &deadpool_postgres::Pool,
+    path: &std::path::Path,
+) -> anyhow::Result<SqlHandler> {
+    let handler = SqlHandler::from_file(pool, path)
+        .await
+        .map_err(|e| anyhow::anyhow!("--apply-sql {e}"))?;
+    let result = match handler.returns_rejections() {
+        true => "rows with message_id and reason are rejections",
+        false => "its result rows are ignored",
+    };
+    tracing::info!("SQL handler: {} prepared; {result}", path.display());
+    Ok(handler)
+}
+
+/// Runs the processor with `handler`, with the operations listener and the summary lines beside
+/// it.
+async fn process<H: Handler>(
     args: &RunArgs,
     pool: &deadpool_postgres::Pool,
     stats: Arc<Stats>,
+    handler: H,
 ) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let stop_ops = stop.clone().drop_guard();
@@ -213,7 +250,7 @@ async fn process(
     let result = batch_inbox::internal::processor::run_with_stats(
         config,
         pool.clone(),
-        Arc::new(Ledger),
+        Arc::new(handler),
         stats.clone(),
         shutdown_signal(),
     )

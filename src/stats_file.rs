@@ -70,6 +70,10 @@ pub struct RunSettings {
     pub linger_ms: u64,
     /// Database connections.
     pub pool_size: u64,
+    /// The handler of `run`: `ledger` or `sql`; empty when there is none (consume-only) or the
+    /// file predates the field.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub handler: String,
 }
 
 /// What a run measured: the format of `run --stats-file` (documented in docs/OPERATIONS.md;

@@ -57,7 +57,18 @@ pub struct Telemetry {
     pool_max: Gauge,
     unsafe_mode: Gauge,
     unsafe_switches: Mutex<Vec<&'static str>>,
+    /// The rejection names with a series of their own (at most [`MAX_REJECTION_LABELS`]).
+    rejection_labels: Mutex<std::collections::BTreeSet<String>>,
 }
+
+/// Most rejection names with a dead-letter series of their own: a handler names its reasons at
+/// run time (the SQL handler's come from its statement's result), and a metric's label values
+/// must stay few. Further names are counted under [`OTHER_REJECTIONS`].
+pub const MAX_REJECTION_LABELS: usize = 100;
+
+/// The `reason` label of the rejections beyond [`MAX_REJECTION_LABELS`] names (not a valid
+/// rejection name, so it is never one of them).
+pub const OTHER_REJECTIONS: &str = "_other";
 
 /// Seconds, from 0.5 ms to about 65 s.
 fn latency_buckets() -> impl Iterator<Item = f64> {
@@ -103,6 +114,7 @@ impl Default for Telemetry {
             pool_max: Gauge::default(),
             unsafe_mode: Gauge::default(),
             unsafe_switches: Mutex::new(Vec::new()),
+            rejection_labels: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 }
@@ -131,7 +143,7 @@ impl Telemetry {
         self.duplicates.inc_by(outcome.duplicates);
         for (reason, n) in outcome.dead_letter_reasons.iter() {
             self.dead_letters
-                .get_or_create(&[("reason", reason.as_str().to_owned())])
+                .get_or_create(&[("reason", self.reason_label(reason))])
                 .inc_by(n);
         }
         self.batches.inc();
@@ -180,9 +192,36 @@ impl Telemetry {
         for r in reasons {
             drop(
                 self.dead_letters
-                    .get_or_create(&[("reason", r.as_str().to_owned())]),
+                    .get_or_create(&[("reason", self.reason_label(r))]),
             );
         }
+    }
+
+    /// The `reason` label of `reason`: its name, or [`OTHER_REJECTIONS`] for a rejection name
+    /// first seen after [`MAX_REJECTION_LABELS`] others.
+    fn reason_label(&self, reason: &Reason) -> String {
+        let Reason::Rejected(name) = reason else {
+            return reason.as_str().to_owned();
+        };
+        let mut labels = self
+            .rejection_labels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if labels.contains(name.as_str()) {
+            return name.as_str().to_owned();
+        }
+        if labels.len() >= MAX_REJECTION_LABELS {
+            return OTHER_REJECTIONS.to_owned();
+        }
+        labels.insert(name.as_str().to_owned());
+        if labels.len() == MAX_REJECTION_LABELS {
+            tracing::warn!(
+                "{MAX_REJECTION_LABELS} rejection reasons have a dead-letter series: further \
+                 reasons are counted under reason=\"{OTHER_REJECTIONS}\" (dead_letters rows keep \
+                 their names)"
+            );
+        }
+        name.as_str().to_owned()
     }
 
     /// Counts one failed attempt that will be retried.
@@ -401,6 +440,39 @@ mod tests {
     use super::*;
     use crate::reason::ReasonCounts;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn rejection_names_beyond_the_limit_share_one_series() {
+        let t = Telemetry::default();
+        let names: Vec<Reason> = (0..MAX_REJECTION_LABELS + 5)
+            .map(|i| Reason::Rejected(crate::reason::RejectReason::new(format!("r{i}")).unwrap()))
+            .collect();
+        let outcome = TxOutcome {
+            dead_letter_reasons: ReasonCounts::of(&names),
+            ..TxOutcome::default()
+        };
+        let opened = Instant::now();
+        let sample = BatchSample {
+            opened,
+            closed: opened,
+            timings: Default::default(),
+            offset_store: Duration::ZERO,
+            timestamps_ms: &[],
+        };
+        t.record_batch(&outcome, &sample, UNIX_EPOCH);
+        t.record_batch(&outcome, &sample, UNIX_EPOCH);
+        let text = t.encode();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("batch_inbox_dead_letters_total{reason=\"r"))
+            .count();
+        assert_eq!(series, MAX_REJECTION_LABELS, "{text}");
+        assert!(
+            text.contains("batch_inbox_dead_letters_total{reason=\"_other\"} 10"),
+            "{text}"
+        );
+        assert!(text.contains("batch_inbox_dead_letters_total{reason=\"missing_id\"} 0"));
+    }
 
     #[test]
     fn a_committed_batch_moves_each_counter_by_its_outcome() {

@@ -31,6 +31,7 @@ mod record_bytes;
 mod retention;
 mod retry;
 mod secrets;
+mod sql_handler;
 mod statements;
 mod topic_retention;
 mod unsafe_settings;

@@ -33,6 +33,10 @@ pub struct DrainArgs {
     /// --expect`); the run fails when they differ.
     #[arg(long)]
     pub expect: Option<PathBuf>,
+    /// With --expect: compare the balances with the sums of every new entry, without the
+    /// ledger's rules (a run of the SQL handler's `balances_upsert.sql`).
+    #[arg(long, requires = "expect")]
+    pub sums: bool,
     /// Producer rate of the input, recorded in the report (fixed-rate runs).
     #[arg(long)]
     pub input_rate: Option<f64>,
@@ -78,7 +82,10 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
     // Read only now: a fixed-rate run's producer writes the file while the processor runs.
     let diffs = match &args.expect {
         Some(path) => {
-            let expected = crate::verify::read_expected(path)?;
+            let mut expected = crate::verify::read_expected(path)?;
+            if args.sums {
+                expected = expected.summed();
+            }
             let observed = crate::verify::observe(&**pool.get().await?).await?;
             let diffs = crate::verify::differences(&observed, &expected);
             report.verified = Some(diffs.is_empty());
@@ -260,6 +267,7 @@ pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
         batch_size: args.pipeline.batch_size.get() as u64,
         linger_ms: args.pipeline.batch_linger_ms,
         pool_size: args.pipeline.pool_size.get() as u64,
+        handler: String::new(),
     };
     let file = StatsFile::start(
         args.stats_file,

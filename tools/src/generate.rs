@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use batch_inbox::internal::message::parse_id;
 use batch_inbox::internal::reason::Reason;
-use batch_inbox::ledger::{apply_amount, Entry};
+use batch_inbox::ledger::{apply_amount, Entry, AMOUNT_OVERFLOW, INSUFFICIENT_FUNDS};
 
 /// Shape of the generated input.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -124,6 +124,15 @@ pub struct Expected {
     pub dead_letters: BTreeMap<String, u64>,
     /// Final balance of every account that received a valid message.
     pub balances: BTreeMap<i64, i64>,
+    /// Sum of the amounts of every new valid message per account, overdrafts included: the
+    /// balances without the ledger's rules (the SQL handler's `balances_upsert.sql`).
+    #[serde(default)]
+    pub sums: BTreeMap<i64, i64>,
+    /// Records with a valid id whose value is JSON but no entry (`{"account_id": "7", …}`): the
+    /// ledger dead-letters them when decoding, the SQL statement rejects them, so their ids
+    /// are in the SQL handler's inbox (the generator gives each a fresh id).
+    #[serde(default)]
+    pub json_not_entries: u64,
 }
 
 impl Expected {
@@ -131,6 +140,25 @@ impl Expected {
     pub fn total(&self) -> i64 {
         self.balances.values().sum()
     }
+
+    /// The outcome of adding up every new valid entry, without the ledger's rules: balances are
+    /// [`Expected::sums`], there are no overdraft rejections, and values that are JSON but no
+    /// entry are rejected after the dedup (their ids enter the inbox) under the same reason.
+    pub fn summed(&self) -> Expected {
+        let rules = [INSUFFICIENT_FUNDS, AMOUNT_OVERFLOW];
+        let mut dead_letters = self.dead_letters.clone();
+        dead_letters.retain(|reason, _| !rules.iter().any(|r| r.as_str() == reason));
+        Expected {
+            new: self.new + self.json_not_entries,
+            dead_letters,
+            balances: self.sums.clone(),
+            ..self.clone()
+        }
+    }
+}
+
+fn is_json(value: Option<&[u8]>) -> bool {
+    value.is_some_and(|v| serde_json::from_slice::<serde::de::IgnoredAny>(v).is_ok())
 }
 
 /// Applies records to the model, in production order.
@@ -154,6 +182,10 @@ impl Model {
                 .map_err(|(reason, _)| reason),
         };
         match reason {
+            Err(Reason::InvalidPayload) if is_json(r.value.as_deref()) => {
+                self.expected.json_not_entries += 1;
+                self.dead_letter(Reason::InvalidPayload);
+            }
             Err(reason) => self.dead_letter(reason),
             Ok((id, entry)) => {
                 if !self.seen.insert(id) {
@@ -161,6 +193,8 @@ impl Model {
                     return;
                 }
                 self.expected.new += 1;
+                let sum = self.expected.sums.entry(entry.account_id).or_insert(0);
+                *sum = sum.saturating_add(entry.amount);
                 let balance = self.expected.balances.entry(entry.account_id).or_insert(0);
                 match apply_amount(*balance, entry.amount) {
                     Ok(next) => *balance = next,
@@ -375,6 +409,37 @@ mod tests {
         }
         assert!(ea.duplicates > 500, "{}", ea.duplicates);
         assert!(ea.balances.values().all(|b| *b >= 0));
+        // Without the rules: every new entry counts, overdrafts included.
+        let summed = ea.summed();
+        assert!(summed.balances.values().any(|b| *b < 0));
+        assert_eq!(summed.total(), ea.total() + overdrafts(&a));
+        assert!(!summed.dead_letters.contains_key("insufficient_funds"));
+        assert_eq!(
+            summed.dead_letters["missing_id"],
+            ea.dead_letters["missing_id"]
+        );
+        assert!(ea.json_not_entries > 0 && summed.new == ea.new + ea.json_not_entries);
+    }
+
+    /// The sum of the amounts the ledger refuses in `records`.
+    fn overdrafts(records: &[Record]) -> i64 {
+        let (mut seen, mut balances, mut refused) = (HashSet::new(), BTreeMap::new(), 0);
+        for r in records {
+            let id = r.id.as_deref().and_then(|s| parse_id(s.as_bytes()).ok());
+            let Some(id) = id else { continue };
+            let Ok(entry) = Entry::parse(r.value.as_deref()) else {
+                continue;
+            };
+            if !seen.insert(id) {
+                continue;
+            }
+            let balance = balances.entry(entry.account_id).or_insert(0i64);
+            match apply_amount(*balance, entry.amount) {
+                Ok(next) => *balance = next,
+                Err(_) => refused += entry.amount,
+            }
+        }
+        refused
     }
 
     #[test]

@@ -61,6 +61,8 @@ const LATENCY_HEAD: &str = concat!(
     "receive p99|in batch p99|dedup p99|handler p99|commit p99|",
     "floor receive p99|floor e2e p99|added p99"
 );
+const SQL_HEAD: &str =
+    "configuration|mode|batch size|msgs/s|Rust ledger run|ledger msgs/s|SQL / ledger|verified";
 /// Stages whose p99 the latency table shows, as in [`LATENCY_HEAD`].
 const STAGES: [&str; 3] = ["dedup", "handler", "commit"];
 
@@ -138,12 +140,24 @@ fn read_runs(dir: &Path) -> Result<Vec<RunReport>, SummaryError> {
     Ok(runs)
 }
 
-/// Per-message, batched by batch size, consume-only, copy, then any other mode.
-fn order(r: &RunReport) -> (usize, u64, u64, &str) {
+/// The Rust ledger's runs first, then the SQL handler's; each: per-message, batched by batch
+/// size, consume-only, copy, then any other mode.
+fn order(r: &RunReport) -> (bool, usize, u64, u64, &str) {
     let modes = ["per-message", "batched", "consume-only", "copy"];
     let rank = modes.iter().position(|m| *m == r.settings.mode);
     let rank = rank.unwrap_or(modes.len());
-    (rank, r.settings.batch_size, r.settings.linger_ms, &r.label)
+    (
+        is_sql(r),
+        rank,
+        r.settings.batch_size,
+        r.settings.linger_ms,
+        &r.label,
+    )
+}
+
+/// A run of the SQL handler (`run --handler sql`): compared with the ledger, never a reference.
+fn is_sql(r: &RunReport) -> bool {
+    r.settings.handler == "sql"
 }
 
 fn is_drain(r: &RunReport) -> bool {
@@ -183,9 +197,9 @@ fn best(runs: &[RunReport], keep: impl Fn(&RunReport) -> bool) -> Option<&RunRep
     drains.max_by(|a, b| a.msgs_per_sec.total_cmp(&b.msgs_per_sec))
 }
 
-/// The reference rate of a mode: its fastest trusted backlog drain.
+/// The reference rate of a mode: its fastest trusted backlog drain (not of the SQL handler).
 fn best_rate(runs: &[RunReport], mode: &str) -> Option<f64> {
-    let r = best(runs, |r| r.settings.mode == mode)?;
+    let r = best(runs, |r| r.settings.mode == mode && !is_sql(r))?;
     Some(r.msgs_per_sec).filter(|v| *v > 0.0)
 }
 
@@ -249,6 +263,7 @@ fn render(machine: &Map<String, Value>, runs: &[RunReport]) -> String {
     for r in runs.iter().filter(|r| is_main_drain(r)) {
         row(&mut md, &throughput_row(r, base, copy, consume));
     }
+    sql_handler(&mut md, runs);
     md.push_str("\n## Latency (fixed rate)\n\n");
     md.push_str("Per record, in ms: end to end is the Kafka timestamp (CreateTime, set by the ");
     md.push_str("producer) to COMMIT; receive is that timestamp to the record's arrival at its ");
@@ -309,6 +324,44 @@ fn throughput_row(
         or_dash(db, format!("{:.1}", r.peak_rss_mb)),
         verified.into(),
     ]
+}
+
+/// The SQL handler's drains next to the Rust ledger's drain of the same mode (and batch size).
+fn sql_handler(md: &mut String, runs: &[RunReport]) {
+    let sql: Vec<&RunReport> = runs.iter().filter(|r| is_drain(r) && is_sql(r)).collect();
+    if sql.is_empty() {
+        return;
+    }
+    md.push_str("\n## SQL handler vs the Rust ledger\n\n");
+    md.push_str("The same input drained by `run --handler sql --apply-sql ");
+    md.push_str("examples/sql/balances_upsert.sql` (one aggregate upsert per batch, no overdraft ");
+    md.push_str("rule) and by the Rust ledger, in the same mode and batch size.\n");
+    header(md, SQL_HEAD);
+    for r in sql {
+        let per_message = r.settings.mode == "per-message";
+        let peer = best(runs, |l| {
+            !is_sql(l)
+                && l.settings.mode == r.settings.mode
+                && (per_message || l.settings.batch_size == r.settings.batch_size)
+        });
+        let verified = r.verified.map_or(DASH, |v| if v { "yes" } else { "no" });
+        row(
+            md,
+            &[
+                cell(&r.label),
+                cell(&r.settings.mode),
+                batch_cell(r),
+                int(r.msgs_per_sec),
+                peer.map_or(DASH.into(), |l| cell(&l.label)),
+                peer.map_or(DASH.into(), |l| int(l.msgs_per_sec)),
+                peer.filter(|l| l.msgs_per_sec > 0.0)
+                    .map_or(DASH.into(), |l| {
+                        format!("{:.2}×", r.msgs_per_sec / l.msgs_per_sec)
+                    }),
+                verified.into(),
+            ],
+        );
+    }
 }
 
 fn latency_row(r: &RunReport, floor: Option<&RunReport>) -> Vec<String> {
@@ -383,6 +436,9 @@ mod tests {
             ("scale-p2", "batched", 1000, None, 30_000.0),
             ("remote-2ms-per-message", "per-message", 1000, None, 200.0),
             ("remote-2ms-batched-b1000", "batched", 1000, None, 20_000.0),
+            // Faster than the ledger here: never the target's run, nor a reference rate.
+            ("sql-batched", "batched", 1000, None, 42_000.0),
+            ("sql-per-message", "per-message", 1, None, 2_000.0),
         ];
         for (i, (label, mode, batch_size, rate, msgs_per_sec)) in runs.into_iter().enumerate() {
             let mut r = RunReport {
@@ -393,6 +449,9 @@ mod tests {
             (r.settings.mode, r.settings.batch_size) = (mode.into(), batch_size);
             (r.input_rate, r.settings.linger_ms) = (rate, 20);
             r.verified = Some(label != "batched-b2000");
+            if label.starts_with("sql-") {
+                r.settings.handler = "sql".into();
+            }
             (r.stats.records, r.cpu_s) = (1_000_000, 3.0);
             let e2e = &mut r.e2e_latency_ms;
             (e2e.count, e2e.p50, e2e.p99, e2e.p999) = (100, 5.0, 60.0, 90.0);
@@ -427,6 +486,9 @@ mod tests {
             "- `light-linger-r100` (linger at 100 msgs/s): **MISSED** p99 60.00 ms; gap 35.00 ms",
             "| scale-p2 | 2 | 1000 | 1,000,000 | 30,000 |",
             "| 2 | 200 | 20,000 | 1000 | 100.0× | yes |",
+            "| sql-batched | batched | 1000 | 42,000 | batched-b1000 | 36,000 | 1.17× | yes |",
+            "| sql-per-message | per-message | 1 | 2,000 | per-message | 1,000 | 2.00× | yes |",
+            "| sql-batched | batched | 1000 | 42,000 | 42.0× |",
             "peak RSS ≤ 200 MiB: not measured",
             "**FAILED RUN** `batched-b2000`",
         ] {
