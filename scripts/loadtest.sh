@@ -161,7 +161,7 @@ run_drain() {
   DATABASE_URL=$url RUST_LOG=warn $bench drain --label "$label" --processes "$processes" \
     --report "$runs/$label.json" "${expect[@]}" -- $bin run --topic "$topic" \
     --group "$label-$stamp" --exit-on-eof --pool-size "$POOL_SIZE" \
-    --batch-linger-ms "$LINGER_MS" "$@" | tee -a "$work/runs.log"
+    --batch-linger-ms "${DRAIN_LINGER_MS:-$LINGER_MS}" "$@" | tee -a "$work/runs.log"
   cpu_mark "$label" stop
 }
 
@@ -192,7 +192,7 @@ json.dump({
   "messages": ${MESSAGES}, "accounts": ${ACCOUNTS}, "partitions": ${PARTITIONS},
   "duplicate_ratio": ${DUPLICATE_RATIO}, "bad_ratio": ${BAD_RATIO}, "debit_ratio": ${DEBIT_RATIO},
   "id_version": ${ID_VERSION}, "linger_ms": ${LINGER_MS}, "pool_size": ${POOL_SIZE},
-  "quick": bool(${quick}),
+  "quick": bool(${quick}), "default_batching": "${default_batching}",
 }, open(sys.argv[1], "w"), indent=2)
 PY
 }
@@ -254,6 +254,7 @@ cargo build --release --quiet --workspace --bins
 ensure_postgres
 enable_pg_stat_statements
 start_broker
+default_batching=$($bin run --print-config | sed -n 's/^batching = "\([a-z]*\)".*/\1/p')
 machine_json
 pg_data=$(psql -Atq -h 127.0.0.1 -U postgres -c "SHOW data_directory")
 rm -f "$OUT/loadtest/replay.jsonl"
@@ -292,8 +293,8 @@ $bench copy-ceiling --database-url "$(db_url "bi_lt_batched_b$largest")" --strea
 for size in $(printf '%s\n' 1000 "$largest" | sort -un); do
   replay "$size"
 done
-run_drain "batched-natural-b$largest" "$topic" --expect "$expect" --batch-size "$largest" \
-  --batching natural
+DRAIN_LINGER_MS=0 run_drain "batched-natural-b$largest" "$topic" --expect "$expect" \
+  --batch-size "$largest" --batching natural
 for n in $SCALE_OUT; do
   run_drain "scale-p$n" "$topic" --expect "$expect" --processes "$n" --batch-size 1000
 done
@@ -322,15 +323,18 @@ best=$(best_batched_rate)
 processor=($bin run --pool-size "$POOL_SIZE")
 for run in $LATENCY_RUNS; do
   IFS=: read -r size percent batching <<<"$run"
-  rate=$(( best * percent / 100 )) tag=""
-  [ -n "$batching" ] && tag="-$batching"
+  rate=$(( best * percent / 100 )) tag="" linger=$LINGER_MS
+  # Natural batching closes a batch when no more record is ready: no minimum wait.
+  [ -n "$batching" ] && tag="-$batching" && linger=0
   latency_run "latency$tag-b$size-r$percent" "$rate" "${processor[@]}" --batch-size "$size" \
-    --batch-linger-ms "$LINGER_MS" --batching "${batching:-linger}"
+    --batch-linger-ms "$linger" --batching "${batching:-linger}"
   floor_run "$rate"
 done
-# Light traffic with the default settings (no batch flags): linger, then natural batching.
-latency_run "light-linger-r$LIGHT_RATE" "$LIGHT_RATE" "${processor[@]}"
-latency_run "light-natural-r$LIGHT_RATE" "$LIGHT_RATE" "${processor[@]}" --batching natural
+# Light traffic with the default batch settings and each batching (natural without a minimum
+# wait); machine.json names the default.
+latency_run "light-linger-r$LIGHT_RATE" "$LIGHT_RATE" "${processor[@]}" --batching linger
+latency_run "light-natural-r$LIGHT_RATE" "$LIGHT_RATE" "${processor[@]}" --batching natural \
+  --batch-linger-ms 0
 floor_run "$LIGHT_RATE"
 
 $bench summary --input "$OUT/loadtest" --output "$OUT"

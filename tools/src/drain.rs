@@ -60,6 +60,8 @@ pub struct DrainArgs {
 pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
     let pool = batch_inbox::db::connect(args.db.database_url.expose(), 1).await?;
     let before = crate::measure::statement_count(&pool).await;
+    let postmaster = crate::pg_cpu::postmaster(&**pool.get().await?).await;
+    let pg_before = postmaster.and_then(crate::pg_cpu::postgres_cpu_s);
     let stats = if args.processes == 1 {
         let stats_path = with_suffix(&args.report, ".stats");
         run_processor(&args.command, &stats_path, args.stop_after).await?;
@@ -70,10 +72,13 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
     } else {
         scale_out(&args.command, &args.report, args.processes).await?
     };
+    // Read before the check below, whose queries are not the run's.
+    let pg_after = postmaster.and_then(crate::pg_cpu::postgres_cpu_s);
     let mut report = RunReport {
         label: args.label.clone(),
         run: stats,
         input_rate: args.input_rate,
+        postgres_cpu_s: pg_before.zip(pg_after).map(|(a, b)| (b - a).max(0.0)),
         ..RunReport::default()
     };
     if let (Some(b), Some(a)) = (before, crate::measure::statement_count(&pool).await) {

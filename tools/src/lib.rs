@@ -25,6 +25,7 @@ pub mod demo;
 pub mod drain;
 pub mod generate;
 pub mod measure;
+pub mod pg_cpu;
 pub mod produce;
 pub mod replay;
 pub mod report;

@@ -25,6 +25,11 @@ pub struct RunReport {
     /// statement is one round trip.
     #[serde(default)]
     pub statements_per_msg: Option<f64>,
+    /// CPU seconds of the PostgreSQL server's processes while the processor ran (`None`: the
+    /// server is not on this machine). Read by `drain` around the processor alone, so the model
+    /// check after it does not count.
+    #[serde(default)]
+    pub postgres_cpu_s: Option<f64>,
 }
 
 impl std::ops::Deref for RunReport {

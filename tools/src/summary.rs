@@ -92,6 +92,7 @@ pub fn write(input: &Path, output: &Path) -> Result<Vec<PathBuf>, SummaryError> 
         samples: &samples,
         replays: &replays,
         messages: machine.get("messages").and_then(Value::as_u64),
+        default_batching: machine.get("default_batching").and_then(Value::as_str),
     };
     text.push_str(&targets::section(&facts));
     fs::write(&md, text).map_err(io_err(&md))?;
@@ -341,6 +342,7 @@ fn sql_handler(md: &mut String, runs: &[RunReport]) {
         let per_message = r.settings.mode == "per-message";
         let peer = best(runs, |l| {
             !is_sql(l)
+                && !l.label.contains("natural")
                 && l.settings.mode == r.settings.mode
                 && (per_message || l.settings.batch_size == r.settings.batch_size)
         });

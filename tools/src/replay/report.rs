@@ -44,7 +44,7 @@ pub fn machine_cpu() -> MachineCpu {
         .skip(1)
         .filter_map(|t| t.parse().ok())
         .collect();
-    let hz = super::server::clock_ticks_per_s();
+    let hz = crate::pg_cpu::clock_ticks_per_s();
     // user nice system idle iowait irq softirq steal …: idle and iowait are not busy.
     let total: f64 = ticks.iter().take(8).sum();
     let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);

@@ -4,6 +4,7 @@
 //! Invariant: every counter is read from the server the replay writes to, through one admin
 //! connection to its `postgres` database, and nothing here changes a server setting.
 
+use crate::pg_cpu::{clock_ticks_per_s, parent_pid, postgres_cpu_ticks};
 use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
@@ -219,72 +220,4 @@ impl Server {
             pg_cpu_s,
         })
     }
-}
-
-/// CPU ticks of the whole server: the postmaster's own and its reaped children's (ended
-/// backends), plus every live child's (backends, WAL writer, checkpointer, …).
-fn postgres_cpu_ticks(postmaster: u32) -> Option<u64> {
-    let main = Stat::read(postmaster)?;
-    let mut ticks = main.utime + main.stime + main.cutime + main.cstime;
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if let Some(child) = Stat::read(pid).filter(|s| s.ppid == postmaster) {
-            ticks += child.utime + child.stime;
-        }
-    }
-    Some(ticks)
-}
-
-/// The parent of process `pid` when it runs on this machine (the postmaster of a backend).
-fn parent_pid(pid: u32) -> Option<u32> {
-    Stat::read(pid).map(|s| s.ppid).filter(|p| *p > 1)
-}
-
-/// The fields of `/proc/PID/stat` that matter here.
-struct Stat {
-    ppid: u32,
-    utime: u64,
-    stime: u64,
-    cutime: u64,
-    cstime: u64,
-}
-
-impl Stat {
-    fn read(pid: u32) -> Option<Self> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The command name may hold spaces and parentheses: the fields start after the last ')'.
-        let rest = &text[text.rfind(')')? + 2..];
-        let fields: Vec<&str> = rest.split(' ').collect();
-        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-        Some(Self {
-            ppid: field(1)? as u32,
-            utime: field(11)?,
-            stime: field(12)?,
-            cutime: field(13)?,
-            cstime: field(14)?,
-        })
-    }
-}
-
-/// Clock ticks per second of `/proc` CPU times.
-pub fn clock_ticks_per_s() -> f64 {
-    // SAFETY: sysconf only reads a configuration value.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 {
-        ticks as f64
-    } else {
-        100.0
-    }
-}
-
-/// CPU seconds this process has used (user + system).
-pub fn own_cpu_s() -> f64 {
-    let stat = Stat::read(std::process::id());
-    stat.map_or(0.0, |s| (s.utime + s.stime) as f64 / clock_ticks_per_s())
 }

@@ -25,7 +25,7 @@ pub(super) type Samples = BTreeMap<String, CpuSample>;
 
 /// PostgreSQL's CPU per record of `r`, in µs, when sampled.
 pub(super) fn postgres_us_per_record(samples: &Samples, r: &RunReport) -> Option<f64> {
-    let s = samples.get(&r.label)?.postgres_cpu_s?;
+    let s = r.postgres_cpu_s.or(samples.get(&r.label)?.postgres_cpu_s)?;
     Some(s / r.stats.records.max(1) as f64 * 1e6)
 }
 
@@ -56,7 +56,9 @@ pub(super) fn section(samples: &Samples, cores: f64, runs: &[RunReport]) -> Stri
 
 fn cells(r: &RunReport, s: &CpuSample, cores: f64) -> Vec<String> {
     let records = r.stats.records.max(1) as f64;
-    let pg = s.postgres_cpu_s.unwrap_or(0.0);
+    // The processor's window alone when drain measured it, else the whole sample's.
+    let pg_s = r.postgres_cpu_s.or(s.postgres_cpu_s);
+    let pg = pg_s.unwrap_or(0.0);
     let rest = (s.machine_cpu_s - s.broker_cpu_s - r.cpu_s - pg).max(0.0);
     let busy = s.machine_cpu_s / (s.wall_s * cores).max(1e-9);
     let per_record = |v: f64| format!("{:.1}", v / records * 1e6);
@@ -66,11 +68,11 @@ fn cells(r: &RunReport, s: &CpuSample, cores: f64) -> Vec<String> {
         format!("{:.0}%", busy * 100.0),
         format!("{:.1}", r.cpu_s),
         format!("{:.1}", s.broker_cpu_s),
-        s.postgres_cpu_s.map_or(DASH.into(), |v| format!("{v:.1}")),
+        pg_s.map_or(DASH.into(), |v| format!("{v:.1}")),
         format!("{rest:.1}"),
         per_record(s.machine_cpu_s),
         per_record(r.cpu_s),
-        s.postgres_cpu_s.map_or(DASH.into(), per_record),
+        pg_s.map_or(DASH.into(), per_record),
     ]
 }
 

@@ -25,7 +25,7 @@ pub(super) struct Replay {
 impl Replay {
     /// Batched, and its database matched the model.
     pub(super) fn usable(&self) -> bool {
-        self.mode == "batched" && self.differences.is_empty()
+        self.mode.eq_ignore_ascii_case("batched") && self.differences.is_empty()
     }
 }
 
