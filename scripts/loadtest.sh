@@ -23,7 +23,7 @@
 #
 # Overridable: MESSAGES, ACCOUNTS, PARTITIONS, DUPLICATE_RATIO, BAD_RATIO, DEBIT_RATIO, ID_VERSION,
 # BATCH_SIZES, SQL_BATCH_SIZE (the SQL handler's batched run), LATENCY_RUNS (batch size:percent of the best batched throughput[:natural]),
-# LIGHT_RATE (msgs/s of the default-settings runs), LATENCY_SECONDS, LINGER_MS, POOL_SIZE,
+# LIGHT_RATE (msgs/s of the default-settings runs), LATENCY_SECONDS, WARMUP_S, LINGER_MS, POOL_SIZE,
 # REMOTE_MESSAGES, REMOTE_DELAYS_MS, SCALE_OUT, KAFKA_BROKERS, OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +48,7 @@ fi
 PARTITIONS=${PARTITIONS:-8}; DUPLICATE_RATIO=${DUPLICATE_RATIO:-0.1}; BAD_RATIO=${BAD_RATIO:-0.01}
 DEBIT_RATIO=${DEBIT_RATIO:-0.3}; ID_VERSION=${ID_VERSION:-7}; LINGER_MS=${LINGER_MS:-20}
 POOL_SIZE=${POOL_SIZE:-$PARTITIONS}; LIGHT_RATE=${LIGHT_RATE:-100}
-SQL_BATCH_SIZE=${SQL_BATCH_SIZE:-1000}
+SQL_BATCH_SIZE=${SQL_BATCH_SIZE:-1000}; WARMUP_S=${WARMUP_S:-3}
 
 bin=./target/release/batch-inbox bench=./target/release/batch-inbox-bench
 work=$(mktemp -d)
@@ -161,7 +161,8 @@ run_drain() {
   DATABASE_URL=$url RUST_LOG=warn $bench drain --label "$label" --processes "$processes" \
     --report "$runs/$label.json" "${expect[@]}" -- $bin run --topic "$topic" \
     --group "$label-$stamp" --exit-on-eof --pool-size "$POOL_SIZE" \
-    --batch-linger-ms "${DRAIN_LINGER_MS:-$LINGER_MS}" "$@" | tee -a "$work/runs.log"
+    --batching "${DRAIN_BATCHING:-linger}" --batch-linger-ms "${DRAIN_LINGER_MS:-$LINGER_MS}" "$@" |
+    tee -a "$work/runs.log"
   cpu_mark "$label" stop
 }
 
@@ -226,6 +227,9 @@ latency_run() {
     [ "$(grep -c 'partition assigned' "$work/$label.err" || true)" -ge "$PARTITIONS" ] && break
     sleep 0.1
   done
+  # Warm-up: a consumer's first fetch after an assignment comes up to about 0.5 s later (its
+  # offset lookup); records produced meanwhile would measure the start-up, not the steady state.
+  sleep "$WARMUP_S"
   $bench produce --topic "$topic" --messages "$n" --accounts "$ACCOUNTS" --rate "$rate" \
     --duplicate-ratio "$DUPLICATE_RATIO" --bad-ratio "$BAD_RATIO" --debit-ratio "$DEBIT_RATIO" \
     --id-version "$ID_VERSION" --seed 2 --expect "$work/$label.expected.json" >/dev/null
@@ -235,8 +239,8 @@ latency_run() {
 # floor_run RATE: consume-only at RATE/s, the broker-and-client floor of the latency runs.
 floor_run() {
   [ -f "$runs/floor-r$1.json" ] && return 0
-  latency_run "floor-r$1" "$1" $bench consume-only --batch-size 1000 \
-    --batch-linger-ms "$LINGER_MS" --pool-size "$POOL_SIZE" --follow
+  latency_run "floor-r$1" "$1" $bench consume-only --batch-size 1000 --batching natural \
+    --batch-linger-ms 0 --pool-size "$POOL_SIZE" --follow
 }
 
 # replay SIZE: the database-only ceiling at SIZE records per batch.
@@ -284,7 +288,7 @@ log "run consume-only"
 cpu_mark consume-only start
 DATABASE_URL=$(db_url "$db") RUST_LOG=warn $bench drain --label consume-only \
   --report "$runs/consume-only.json" -- $bench consume-only --topic "$topic" \
-  --group "consume-only-$stamp" --batch-size 1000 --pool-size "$POOL_SIZE" \
+  --group "consume-only-$stamp" --batch-size 1000 --pool-size "$POOL_SIZE" --batching linger \
   --batch-linger-ms "$LINGER_MS" | tee -a "$work/runs.log"
 cpu_mark consume-only stop
 log "COPY ceiling with the ids of batched-b$largest"
@@ -293,8 +297,8 @@ $bench copy-ceiling --database-url "$(db_url "bi_lt_batched_b$largest")" --strea
 for size in $(printf '%s\n' 1000 "$largest" | sort -un); do
   replay "$size"
 done
-DRAIN_LINGER_MS=0 run_drain "batched-natural-b$largest" "$topic" --expect "$expect" \
-  --batch-size "$largest" --batching natural
+DRAIN_BATCHING=natural DRAIN_LINGER_MS=0 run_drain "batched-natural-b$largest" "$topic" \
+  --expect "$expect" --batch-size "$largest"
 for n in $SCALE_OUT; do
   run_drain "scale-p$n" "$topic" --expect "$expect" --processes "$n" --batch-size 1000
 done

@@ -105,17 +105,17 @@ pub struct PipelineArgs {
     /// Largest batch, in messages.
     #[arg(long, env = "BATCH_INBOX_BATCH_SIZE", default_value_t = defaults::BATCH_SIZE)]
     pub batch_size: NonZeroUsize,
-    /// Longest wait after a batch's first message before it is applied, in milliseconds (at
-    /// most an hour).
+    /// With linger batching, the longest wait after a batch's first message before it is applied
+    /// (default 20); with natural batching, the shortest (default 0). In milliseconds, at most an
+    /// hour.
     #[arg(
         long,
         env = "BATCH_INBOX_BATCH_LINGER_MS",
-        default_value_t = defaults::BATCH_LINGER_MS,
         value_parser = clap::value_parser!(u64).range(..=MAX_LINGER_MS)
     )]
-    pub batch_linger_ms: u64,
-    /// When a batch closes besides its size limits: `linger` (after --batch-linger-ms), or
-    /// `natural` (as soon as no more record is ready, and no sooner than --batch-linger-ms).
+    pub batch_linger_ms: Option<u64>,
+    /// When a batch closes besides its size limits: `natural` (as soon as no more record is
+    /// ready, and no sooner than --batch-linger-ms) or `linger` (after --batch-linger-ms).
     #[arg(long, env = "BATCH_INBOX_BATCHING", value_enum, default_value_t = defaults::BATCHING)]
     pub batching: Batching,
     /// Largest batch, in bytes of keys, values, header names and values, plus 64 bytes per
@@ -277,6 +277,12 @@ impl clap::builder::TypedValueParser for PropertyParser {
 }
 
 impl PipelineArgs {
+    /// The batch linger in milliseconds: the flag's, or the default of the batching.
+    pub fn linger_ms(&self) -> u64 {
+        self.batch_linger_ms
+            .unwrap_or(defaults::linger_ms(self.batching))
+    }
+
     /// Worker settings from the flags.
     pub fn worker(&self) -> WorkerSettings {
         WorkerSettings {
@@ -284,7 +290,7 @@ impl PipelineArgs {
             batcher: BatcherSettings {
                 max_items: self.batch_size,
                 max_bytes: self.batch_max_bytes,
-                linger: Duration::from_millis(self.batch_linger_ms),
+                linger: Duration::from_millis(self.linger_ms()),
             },
             batching: self.batching,
             retry: RetryPolicy::default(),

@@ -17,11 +17,22 @@ pub const GROUP: &str = "batch-inbox";
 pub const BATCH_SIZE: NonZeroUsize = NonZeroUsize::new(1000).expect("1000 is not zero");
 /// Most bytes per batch (records with their overheads).
 pub const BATCH_MAX_BYTES: NonZeroUsize = NonZeroUsize::new(4 << 20).expect("4 MiB is not zero");
-/// When a batch closes besides its limits.
-pub const BATCHING: crate::batcher::Batching = crate::batcher::Batching::Linger;
-/// Longest wait after a batch's first record, in milliseconds (with natural batching, the
-/// shortest).
+/// When a batch closes besides its limits: natural batching won at light and heavy load in the
+/// load test (docs/PERFORMANCE.md).
+pub const BATCHING: crate::batcher::Batching = crate::batcher::Batching::Natural;
+/// Longest wait after a batch's first record with linger batching, in milliseconds.
 pub const BATCH_LINGER_MS: u64 = 20;
+/// Shortest wait after a batch's first record with natural batching, in milliseconds: none, so
+/// that light traffic pays no linger.
+pub const NATURAL_MIN_WAIT_MS: u64 = 0;
+
+/// The `--batch-linger-ms` of `batching` when none is given.
+pub const fn linger_ms(batching: crate::batcher::Batching) -> u64 {
+    match batching {
+        crate::batcher::Batching::Linger => BATCH_LINGER_MS,
+        crate::batcher::Batching::Natural => NATURAL_MIN_WAIT_MS,
+    }
+}
 /// Database connections.
 pub const POOL_SIZE: NonZeroUsize = NonZeroUsize::new(8).expect("8 is not zero");
 /// Header carrying the message id.

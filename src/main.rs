@@ -194,7 +194,7 @@ fn settings_of(args: &RunArgs) -> RunSettings {
             .to_possible_value()
             .map_or_else(String::new, |v| v.get_name().to_owned()),
         batch_size: p.batch_size.get() as u64,
-        linger_ms: p.batch_linger_ms,
+        linger_ms: p.linger_ms(),
         pool_size: p.pool_size.get() as u64,
         handler: args
             .handler

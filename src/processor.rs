@@ -55,7 +55,7 @@ impl ProcessorConfig {
                 batcher: crate::batcher::BatcherSettings {
                     max_items: defaults::BATCH_SIZE,
                     max_bytes: defaults::BATCH_MAX_BYTES,
-                    linger: Duration::from_millis(defaults::BATCH_LINGER_MS),
+                    linger: Duration::from_millis(defaults::linger_ms(defaults::BATCHING)),
                 },
                 batching: defaults::BATCHING,
                 retry: crate::worker::RetryPolicy::default(),

@@ -56,7 +56,7 @@ fn flags_beat_the_file_which_beats_defaults() {
     };
     let p = &run.pipeline;
     assert_eq!(p.batch_size.get(), 500, "file over default");
-    assert_eq!(p.batch_linger_ms, 7, "file over default");
+    assert_eq!(p.batch_linger_ms, Some(7), "file over default");
     assert_eq!(p.pool_size.get(), 5, "flag over file");
     assert_eq!(run.kafka.topic, "from-file");
     assert_eq!(run.group, "batch-inbox", "default");

@@ -62,7 +62,8 @@ pub struct SummaryArgs {
     /// Directory with `machine.json` and `runs/*.json`.
     #[arg(long)]
     pub input: std::path::PathBuf,
-    /// Directory to write `summary.md`, `throughput.svg` and `latency.svg` to.
+    /// Directory to write `summary.md`, `throughput.svg`, `latency-distribution.svg` and
+    /// `latency-vs-rate.svg` to.
     #[arg(long)]
     pub output: std::path::PathBuf,
 }

@@ -270,7 +270,7 @@ pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
     let settings = RunSettings {
         mode: "consume-only".to_owned(),
         batch_size: args.pipeline.batch_size.get() as u64,
-        linger_ms: args.pipeline.batch_linger_ms,
+        linger_ms: args.pipeline.linger_ms(),
         pool_size: args.pipeline.pool_size.get() as u64,
         handler: String::new(),
     };
