@@ -232,8 +232,16 @@ latency_run() {
   sleep "$WARMUP_S"
   $bench produce --topic "$topic" --messages "$n" --accounts "$ACCOUNTS" --rate "$rate" \
     --duplicate-ratio "$DUPLICATE_RATIO" --bad-ratio "$BAD_RATIO" --debit-ratio "$DEBIT_RATIO" \
-    --id-version "$ID_VERSION" --seed 2 --expect "$work/$label.expected.json" >/dev/null
+    --id-version "$ID_VERSION" --seed 2 --expect "$work/$label.expected.json" \
+    --ack-report "$work/$label.acks.json" >/dev/null
   wait "$run_pid" || { cat "$work/$label.err" >&2; return 1; }
+  # The producer's side of each record's latency (timestamp to the broker's acknowledgement).
+  python3 - "$runs/$label.json" "$work/$label.acks.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+report["acked_ms"] = json.load(open(sys.argv[2]))
+json.dump(report, open(sys.argv[1], "w"), indent=2)
+PY
 }
 
 # floor_run RATE: consume-only at RATE/s, the broker-and-client floor of the latency runs.

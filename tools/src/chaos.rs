@@ -199,7 +199,7 @@ async fn produce(
 ) -> Result<u64, ChaosError> {
     let producer = crate::produce::producer(&brokers, &[])?;
     let sent = crate::produce::send_paced(&producer, &topic, records, Some(rate), |_| {}).await?;
-    Ok(sent)
+    Ok(sent.delivered)
 }
 
 /// Ends the faults' after-effects, waits for lag 0, stops every member gracefully, and returns

@@ -141,6 +141,10 @@ pub struct ProduceArgs {
     /// time); unlimited when absent.
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Write the acknowledgement latency (each record's timestamp to the broker's
+    /// acknowledgement, ms percentiles) as JSON to this file.
+    #[arg(long)]
+    pub ack_report: Option<std::path::PathBuf>,
 }
 
 /// `demo` flags.

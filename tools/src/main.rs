@@ -44,9 +44,17 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         .context("creating the topic")?;
     let (records, expected) = batch_inbox_tools::generate::generate(args.generator.settings());
     let producer = batch_inbox_tools::produce::producer(brokers, &args.kafka.properties)?;
+    if args.rate.is_some() {
+        batch_inbox_tools::produce::warm_up(brokers, &producer, &args.kafka.topic)
+            .await
+            .context("warming up the producer")?;
+    }
     let started = std::time::Instant::now();
     let mut progress = Progress::new(records.len() as u64);
-    let sent = batch_inbox_tools::produce::send_paced(
+    let batch_inbox_tools::produce::Sent {
+        delivered: sent,
+        acked_ms,
+    } = batch_inbox_tools::produce::send_paced(
         &producer,
         &args.kafka.topic,
         records,
@@ -62,6 +70,10 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     );
     if let Some(path) = args.expect {
         std::fs::write(&path, serde_json::to_vec_pretty(&expected)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = args.ack_report {
+        std::fs::write(&path, serde_json::to_vec_pretty(&acked_ms)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

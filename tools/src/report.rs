@@ -30,6 +30,10 @@ pub struct RunReport {
     /// check after it does not count.
     #[serde(default)]
     pub postgres_cpu_s: Option<f64>,
+    /// Fixed-rate runs: per record, its timestamp to the broker's acknowledgement of it to the
+    /// producer, in ms (`produce --ack-report`): the producer-and-broker part of the latency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acked_ms: Option<batch_inbox::Percentiles>,
 }
 
 impl std::ops::Deref for RunReport {

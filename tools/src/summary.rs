@@ -58,7 +58,7 @@ const THROUGHPUT_HEAD: &str = concat!(
 );
 const LATENCY_HEAD: &str = concat!(
     "configuration|batching|batch size|linger ms|rate msgs/s|p50|p90|p99|p99.9|max|",
-    "receive p99|in batch p99|dedup p99|handler p99|commit p99|",
+    "acked p99|receive p99|in batch p99|dedup p99|handler p99|commit p99|",
     "floor receive p99|floor e2e p99|added p99"
 );
 const SQL_HEAD: &str =
@@ -267,8 +267,10 @@ fn render(machine: &Map<String, Value>, runs: &[RunReport]) -> String {
     sql_handler(&mut md, runs);
     md.push_str("\n## Latency (fixed rate)\n\n");
     md.push_str("Per record, in ms: end to end is the Kafka timestamp (CreateTime, set by the ");
-    md.push_str("producer) to COMMIT; receive is that timestamp to the record's arrival at its ");
-    md.push_str("partition worker (producer linger, broker, fetch); in batch is arrival to the ");
+    md.push_str("producer) to COMMIT; acked is that timestamp to the broker's acknowledgement to ");
+    md.push_str("the producer (producer linger, produce request, broker append); receive is that ");
+    md.push_str("timestamp to the record's arrival at its partition worker (producer, broker, ");
+    md.push_str("consumer fetch); in batch is arrival to the ");
     md.push_str("batch's close. Stages: p99 per transaction. Floor: the consume-only run at the ");
     md.push_str("same rate (`floor-r<rate>`), the broker and client alone; added p99 is the ");
     md.push_str("run's end-to-end p99 less the floor's receive p99.\n");
@@ -377,6 +379,7 @@ fn latency_row(r: &RunReport, floor: Option<&RunReport>) -> Vec<String> {
     cells.push(r.input_rate.map_or(DASH.into(), int));
     cells.extend([e.p50, e.p90, e.p99, e.p999, e.max].map(ms));
     let measured = |p: &batch_inbox::Percentiles| or_dash(p.count > 0, ms(p.p99));
+    cells.push(r.acked_ms.as_ref().map_or(DASH.into(), measured));
     cells.push(measured(&r.receive_latency_ms));
     cells.push(measured(&r.in_batch_ms));
     let stage = |s: &&str| r.stages_ms.get(*s).map_or(DASH.into(), |p| ms(p.p99));
