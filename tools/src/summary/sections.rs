@@ -46,10 +46,10 @@ pub(super) fn read_replays(path: &Path) -> Result<Vec<Replay>, SummaryError> {
     lines.map(parse).collect()
 }
 
-/// The fastest trusted main batched drain at `size` records per batch (linger batching).
+/// The fastest trusted main batched drain at `size` records per batch (linger or natural).
 pub(super) fn drain_at(runs: &[RunReport], size: u64) -> Option<&RunReport> {
     let keep = |r: &&RunReport| {
-        r.label.starts_with("batched-b") && trusted(r) && r.settings.batch_size == size
+        r.label.starts_with("batched-") && trusted(r) && r.settings.batch_size == size
     };
     let runs = runs.iter().filter(keep);
     runs.max_by(|a, b| a.msgs_per_sec.total_cmp(&b.msgs_per_sec))

@@ -31,7 +31,7 @@ const MEMORY_MIB: f64 = 200.0;
 pub(super) fn section(f: &Facts<'_>) -> String {
     let mut md = String::from("\n## Targets\n\n");
     let base = best_rate(f.runs, "per-message");
-    let top = best(f.runs, |r| r.label.starts_with("batched-b"));
+    let top = best(f.runs, |r| r.label.starts_with("batched-"));
     let lines = [
         ratio(top, base, f.messages),
         rate(top),
