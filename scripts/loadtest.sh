@@ -19,7 +19,9 @@
 # script. CPU is sampled per run for the machine, the broker and PostgreSQL's processes. Finally
 # writes summary.md and SVG plots.
 #
-# The producer uses librdkafka's defaults (linger.ms=5), as an application would.
+# The producer uses librdkafka's defaults (linger.ms=5), as an application would, with
+# idempotence; a fixed-rate run's producer gets its producer id before its clock starts (one
+# record to <topic>-warmup), and its acknowledgement times go into the run's report (acked_ms).
 #
 # Overridable: MESSAGES, ACCOUNTS, PARTITIONS, DUPLICATE_RATIO, BAD_RATIO, DEBIT_RATIO, ID_VERSION,
 # BATCH_SIZES, SQL_BATCH_SIZE (the SQL handler's batched run), LATENCY_RUNS (batch size:percent of the best batched throughput[:natural]),

@@ -20,6 +20,7 @@ mod hostile_records;
 mod natural_batching;
 mod ops;
 mod outages;
+mod paced_producer;
 mod panic;
 mod partitions;
 mod pipeline;
