@@ -463,6 +463,13 @@ mod tests {
             let receive = &mut r.receive_latency_ms;
             (receive.count, receive.p99) = (100, 8.0);
             r.e2e_distribution_ms = vec![[50.0, 5.0], [99.0, 60.0], [99.9, 90.0]];
+            if rate.is_some() {
+                r.acked_ms = Some(batch_inbox::Percentiles {
+                    count: 100,
+                    p99: 4.0,
+                    ..batch_inbox::Percentiles::default()
+                });
+            }
             let json = serde_json::to_vec(&r).unwrap();
             fs::write(input.join(format!("runs/{i}.json")), json).unwrap();
         }
@@ -486,7 +493,7 @@ mod tests {
             "≤ 7 µs per record: **MET** — `batched-b1000` 6.50 µs; margin 0.50 µs",
             "= 90.0% of `replay-b1000` 40,000 records/s; margin 0.0 pp",
             "| replay-b1000 | 1000 | 40,000 | 6.10 | yes | 36,000 | 90.0% |",
-            "| latency-b500-r25 | linger | 500 | 20 | 5,000 | 5.00 | 0.00 | 60.00 | 90.00 | 0.00 | 8.00 | — | — | — | — | 8.00 | 60.00 | 52.00 |",
+            "| latency-b500-r25 | linger | 500 | 20 | 5,000 | 5.00 | 0.00 | 60.00 | 90.00 | 0.00 | 4.00 | 8.00 | — | — | — | — | 8.00 | 60.00 | 52.00 |",
             "- `latency-b500-r25` (linger): **MET** p99 60.00 ms, bound 70.00 ms; margin 10.00 ms",
             "- `light-linger-r100` (linger at 100 msgs/s): **MISSED** p99 60.00 ms; gap 35.00 ms",
             "| scale-p2 | 2 | 1000 | 1,000,000 | 30,000 |",
