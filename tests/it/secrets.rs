@@ -355,6 +355,12 @@ async fn a_run_through_an_outage_logs_no_secret_and_readyz_tells_only_the_reason
     let addr = run.metrics_addr().await;
     let body = readyz_becomes(addr, 200).await;
     assert_eq!(body, "ready: database reachable, 2 partition(s) assigned\n");
+    // The first records are committed before the outage: a COMMIT cut off by the shutdown would
+    // be durable yet reported failed, and its retry would count its ids as duplicates.
+    http::poll(Duration::from_secs(60), "10 inbox rows", || async {
+        (inbox_rows(&url).await == Some(10)).then_some(())
+    })
+    .await;
 
     pg.stop_immediate();
     assert_eq!(readyz_becomes(addr, 503).await, "not ready: database\n");
