@@ -207,7 +207,10 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(h: &Histogram<u64>, scale: f64) -> Self {
+    /// The percentiles of `h`, each value multiplied by `scale` (all zero when `h` is empty).
+    /// For the load-test tools, which summarise their own histograms the same way.
+    #[doc(hidden)]
+    pub fn of(h: &Histogram<u64>, scale: f64) -> Self {
         if h.is_empty() {
             return Self::default();
         }

@@ -151,21 +151,7 @@ pub async fn send_paced(
     }
     producer.flush(Timeout::After(Duration::from_secs(30)))?;
     progress(pending.delivered);
-    let h = &pending.acked_ms;
-    let acked_ms = if h.is_empty() {
-        Percentiles::default()
-    } else {
-        let q = |x: f64| h.value_at_quantile(x) as f64;
-        Percentiles {
-            count: h.len(),
-            mean: h.mean(),
-            p50: q(0.5),
-            p90: q(0.9),
-            p99: q(0.99),
-            p999: q(0.999),
-            max: h.max() as f64,
-        }
-    };
+    let acked_ms = Percentiles::of(&pending.acked_ms, 1.0);
     Ok(Sent {
         delivered: pending.delivered,
         acked_ms,
