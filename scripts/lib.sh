@@ -1,16 +1,49 @@
 # Shared helpers for the scripts. Source it; do not run it.
 
-# Starts the local PostgreSQL cluster when it is not accepting connections, and waits for it.
+# Starts the local PostgreSQL cluster when it is not accepting connections, waits for it, and
+# makes sure user postgres can connect over TCP from 127.0.0.1 (ensure_postgres_trust).
 ensure_postgres() {
   if ! pg_isready -q -h 127.0.0.1 -p 5432; then
     echo "starting PostgreSQL" >&2
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start
   fi
   for _ in $(seq 1 60); do
-    pg_isready -q -h 127.0.0.1 -p 5432 && return 0
+    pg_isready -q -h 127.0.0.1 -p 5432 && { ensure_postgres_trust; return; }
     sleep 0.5
   done
   echo "PostgreSQL did not start on 127.0.0.1:5432" >&2
+  return 1
+}
+
+# The tests, the demo and the load test connect as postgres@127.0.0.1 without a password (the
+# default DATABASE_URL). Debian's cluster asks for one (scram-sha-256), so on a machine where
+# that connection is refused this adds ONE line to the cluster's pg_hba.conf, first of its
+# rules, marked "batch-inbox test machine": `host all all 127.0.0.1/32 trust`, and reloads.
+# Only for test and CI machines; BATCH_INBOX_PG_HBA=keep leaves the file alone.
+PG_TRUST_MARK="# batch-inbox test machine: trust on 127.0.0.1 (scripts/lib.sh)"
+ensure_postgres_trust() {
+  psql -X -w -q -h 127.0.0.1 -U postgres -d postgres -c 'SELECT 1' >/dev/null 2>&1 && return 0
+  local hba
+  hba=$(as_postgres psql -X -At -d postgres -c 'SHOW hba_file' 2>/dev/null) || hba=""
+  if [ "${BATCH_INBOX_PG_HBA:-}" = keep ] || [ -z "$hba" ] || [ "$(id -u)" != 0 ]; then
+    echo "cannot connect as postgres@127.0.0.1 without a password: add '$PG_TRUST_MARK'" \
+      "and 'host all all 127.0.0.1/32 trust' at the top of pg_hba.conf, or set DATABASE_URL" >&2
+    return 1
+  fi
+  if ! grep -qF "$PG_TRUST_MARK" "$hba"; then
+    echo "PostgreSQL: trusting 127.0.0.1 in $hba (a test machine's setting; first rule)" >&2
+    local tmp
+    tmp=$(mktemp)
+    { echo "$PG_TRUST_MARK"; echo "host all all 127.0.0.1/32 trust"; cat "$hba"; } >"$tmp"
+    cat "$tmp" >"$hba"
+    rm -f "$tmp"
+  fi
+  as_postgres psql -X -q -d postgres -c 'SELECT pg_reload_conf()' >/dev/null
+  for _ in $(seq 1 50); do
+    psql -X -w -q -h 127.0.0.1 -U postgres -d postgres -c 'SELECT 1' >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "PostgreSQL still refuses postgres@127.0.0.1 after the reload" >&2
   return 1
 }
 
@@ -20,13 +53,15 @@ fresh_database() {
     -c "DROP DATABASE IF EXISTS \"$1\" WITH (FORCE)" -c "CREATE DATABASE \"$1\"" >/dev/null
 }
 
-# The Kafka-protocol broker for end-to-end, load and chaos runs: nisshi (crates.io), built once
-# per machine with the nightly toolchain (it needs rustc >= 1.96) into a cache directory that
-# later runs find again. NISSHI_BIN names another build; KAFKA_BROKERS skips the bundled broker.
+# The Kafka-protocol broker for end-to-end, load and chaos runs is Apache Kafka
+# (scripts/kafka/lib.sh). nisshi (crates.io) stays usable as a second broker: NISSHI_BIN names a
+# build, or ensure_nisshi builds one with the nightly toolchain (rustc >= 1.96) into a cache
+# directory. Nothing requires it.
+source "$(dirname "${BASH_SOURCE[0]}")/kafka/lib.sh"
 NISSHI_VERSION=0.8.1
 NISSHI_ROOT=${NISSHI_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/batch-inbox/nisshi-$NISSHI_VERSION}
-export NISSHI_BIN=${NISSHI_BIN:-$NISSHI_ROOT/bin/nisshi}
 ensure_nisshi() {
+  NISSHI_BIN=${NISSHI_BIN:-$NISSHI_ROOT/bin/nisshi}
   if [ -x "$NISSHI_BIN" ]; then
     return 0
   fi
@@ -112,4 +147,26 @@ private_postgres_crash() {
 private_postgres_remove() {
   as_postgres "$PG_BIN/pg_ctl" -D "$1/data" -m immediate -w stop >/dev/null 2>&1 || true
   rm -rf "$1"
+}
+
+# start_broker DIR: the broker of a test, load or chaos run, unless KAFKA_BROKERS names one:
+# nisshi when NISSHI_BIN is set, else a single Apache Kafka node in DIR. Sets BROKER_ADDR and
+# BROKER_KIND; stop_broker DIR stops what this started.
+start_broker() {
+  mkdir -p "$1"
+  if [ -n "${KAFKA_BROKERS:-}" ]; then
+    BROKER_ADDR=$KAFKA_BROKERS BROKER_KIND="the broker of KAFKA_BROKERS" BROKER_PID=""
+  elif [ -n "${NISSHI_BIN:-}" ]; then
+    start_nisshi "$1/nisshi.log" || return 1
+    BROKER_KIND="nisshi $NISSHI_VERSION (memory storage)"
+    echo "$BROKER_PID" >"$1/nisshi.pid"
+  else
+    start_kafka "$1/kafka" || return 1
+    BROKER_KIND="Apache Kafka $KAFKA_VERSION (one KRaft node)"
+  fi
+}
+stop_broker() {
+  stop_kafka "$1/kafka"
+  [ -f "$1/nisshi.pid" ] && kill "$(cat "$1/nisshi.pid")" 2>/dev/null
+  return 0
 }

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests, the integration tests (one binary, tests/it/) against the real
-# PostgreSQL and librdkafka's mock cluster, and end-to-end tests of the binary against a nisshi
-# broker process (built once per machine on first use, about 10 minutes; scripts/lib.sh).
+# PostgreSQL and librdkafka's mock cluster, and end-to-end tests of the binary against one
+# Apache Kafka broker for the whole run (its jars fetched from Maven Central once per machine,
+# scripts/kafka/lib.sh), handed to the tests as KAFKA_BROKERS. Each test uses its own topics and
+# groups. KAFKA_BROKERS=host:port runs them against another broker; NISSHI_BIN against nisshi.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ensure_postgres
-# KAFKA_BROKERS: run the broker tests against that broker instead of a nisshi process.
-[ -n "${KAFKA_BROKERS:-}" ] || ensure_nisshi
+# Build first, so that the broker does not idle through a cold build.
+cargo test --workspace --no-run --quiet "$@"
+cargo test --features failpoints,unsafe-controls --test it --no-run --quiet
+broker_dir=$(mktemp -d /tmp/batch-inbox-test-broker.XXXXXX)
+trap 'stop_broker "$broker_dir"; rm -rf "$broker_dir"' EXIT
+started=$SECONDS
+start_broker "$broker_dir"
+export KAFKA_BROKERS=$BROKER_ADDR
+echo "broker: $BROKER_KIND on $KAFKA_BROKERS (ready in $((SECONDS - started)) s)" >&2
 cargo test --workspace "$@"
 # The crash tests need the binary built with failpoints, and their controls (and the unsafe
 # mode's visibility) the unsafe test-only switches: both are off in every other build.

@@ -62,7 +62,14 @@ async fn binary_applies_a_real_broker_topic_exactly_once() {
     let out = ok(cli(
         &url,
         &broker.addr,
-        &["run", "--topic", &topic, "--group", "e2e", "--exit-on-eof"],
+        &[
+            "run",
+            "--topic",
+            &topic,
+            "--group",
+            &Broker::group(&topic, "e2e"),
+            "--exit-on-eof",
+        ],
     ));
     assert!(out.contains("records 20000 "), "{out}");
     let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
@@ -77,7 +84,7 @@ async fn binary_applies_a_real_broker_topic_exactly_once() {
             "--topic",
             &topic,
             "--group",
-            "e2e-replay",
+            &Broker::group(&topic, "e2e-replay"),
             "--mode",
             "per-message",
             "--exit-on-eof",
@@ -96,7 +103,13 @@ async fn sigterm_finishes_in_flight_batches_and_commits_offsets() {
     let expected = produce(&broker, &topic).await;
 
     let child = Command::new(env!("CARGO_BIN_EXE_batch-inbox"))
-        .args(["run", "--topic", &topic, "--group", "g"])
+        .args([
+            "run",
+            "--topic",
+            &topic,
+            "--group",
+            &Broker::group(&topic, "g"),
+        ])
         .env("DATABASE_URL", &url)
         .env("KAFKA_BROKERS", &broker.addr)
         .env("RUST_LOG", "warn")
@@ -137,7 +150,14 @@ async fn sigterm_finishes_in_flight_batches_and_commits_offsets() {
     let again = ok(cli(
         &url,
         &broker.addr,
-        &["run", "--topic", &topic, "--group", "g", "--exit-on-eof"],
+        &[
+            "run",
+            "--topic",
+            &topic,
+            "--group",
+            &Broker::group(&topic, "g"),
+            "--exit-on-eof",
+        ],
     ));
     assert!(again.contains("records 0 "), "{again}");
 }

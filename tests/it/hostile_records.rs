@@ -235,7 +235,7 @@ async fn every_hostile_record_is_dead_lettered_once_and_the_ledger_matches_its_m
     }
     producer.flush();
 
-    let mut kafka = KafkaSettings::new(&broker.addr, topic, "g");
+    let mut kafka = KafkaSettings::new(&broker.addr, topic, Broker::group(topic, "g"));
     kafka.partition_eof = true;
     let mut cfg = config(kafka, Mode::Batched, 500);
     cfg.worker.batcher.max_bytes = BATCH_MAX_BYTES.try_into().unwrap();

@@ -63,7 +63,7 @@ async fn produce(broker: &Broker, topic: &str, records: &[RawRecord]) {
 
 /// Runs a ledger processor over `topic` until it is drained; panics if it stops with an error.
 async fn drain_topic(broker: &Broker, topic: &str, pool: &Pool, max_bytes: usize) -> StatsSnapshot {
-    let mut kafka = KafkaSettings::new(&broker.addr, topic, "g");
+    let mut kafka = KafkaSettings::new(&broker.addr, topic, Broker::group(topic, "g"));
     kafka.partition_eof = true;
     let mut cfg = config(kafka, Mode::Batched, 100);
     cfg.worker.batcher.max_bytes = max_bytes.try_into().unwrap();

@@ -69,8 +69,9 @@ pub(crate) async fn run_sql(
     extra: &[&str],
 ) -> Finished {
     let sql = sql.to_str().unwrap();
+    let group = Broker::group(topic, group);
     let mut args = vec!["run", "--database-url", url, "--brokers", &broker.addr];
-    args.extend(["--topic", topic, "--group", group, "--exit-on-eof"]);
+    args.extend(["--topic", topic, "--group", &group, "--exit-on-eof"]);
     args.extend(["--handler", "sql", "--apply-sql", sql]);
     args.extend(["--batch-linger-ms", "200", "--log-interval", "0"]);
     args.extend(extra);

@@ -31,7 +31,7 @@ async fn a_topic_kept_longer_than_the_inbox_is_flagged() {
     let settings = |topic: &str| batch_inbox::internal::consumer::KafkaSettings {
         brokers: broker.addr.clone(),
         topic: topic.to_owned(),
-        group: "g".to_owned(),
+        group: Broker::group(topic, "g"),
         partition_eof: false,
         overrides: Vec::new(),
     };

@@ -27,7 +27,9 @@ pub async fn ensure_topic(brokers: &str, topic: &str, partitions: i32) -> Result
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()?;
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    // -1: the broker's default.replication.factor (KIP-464), so that a topic on a 3-node cluster
+    // is replicated 3 times and one on a single node once.
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     for result in admin.create_topics([&new], &opts).await? {
         match result {

@@ -1,15 +1,13 @@
-//! A real Kafka-protocol broker for end-to-end tests: a nisshi process (in-memory storage) that
-//! `scripts/test.sh` builds once per machine (`scripts/lib.sh`, `ensure_nisshi`), or the broker
-//! named by `KAFKA_BROKERS` (Apache Kafka, Redpanda, …). Tests name their topics with
-//! [`Broker::topic`], so that runs against a long-lived broker never meet an earlier run's topic.
+//! A real Kafka-protocol broker for end-to-end tests: the one named by `KAFKA_BROKERS`, which
+//! `scripts/test.sh` starts once per run (an Apache Kafka node, `scripts/kafka/lib.sh`), or any
+//! other Kafka-protocol broker; else a nisshi process when `NISSHI_BIN` names a build. Tests name
+//! their topics with [`Broker::topic`], so that runs against a long-lived broker never meet an
+//! earlier run's topic.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The version `scripts/lib.sh` installs.
-const NISSHI_VERSION: &str = "0.8.1";
 
 /// A running broker; a process started here is killed on drop.
 pub struct Broker {
@@ -17,33 +15,18 @@ pub struct Broker {
     pub addr: String,
 }
 
-/// `NISSHI_BIN`, else the build `scripts/lib.sh` keeps in the cache directory, else `nisshi` on
-/// the PATH.
-fn nisshi_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("NISSHI_BIN") {
-        return p.into();
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_default();
-    let cached = cache
-        .join("batch-inbox")
-        .join(format!("nisshi-{NISSHI_VERSION}"))
-        .join("bin/nisshi");
-    if cached.exists() {
-        cached
-    } else {
-        "nisshi".into()
-    }
-}
-
 impl Broker {
-    /// The broker of `KAFKA_BROKERS`, else a new nisshi process on a free port.
+    /// The broker of `KAFKA_BROKERS`, else a new nisshi process of `NISSHI_BIN` on a free port.
     pub fn start() -> Broker {
         match std::env::var("KAFKA_BROKERS") {
             Ok(addr) if !addr.is_empty() => Broker { child: None, addr },
-            _ => Self::start_nisshi(),
+            _ => match std::env::var_os("NISSHI_BIN") {
+                Some(bin) if !bin.is_empty() => Self::start_nisshi(bin.into()),
+                _ => panic!(
+                    "this test needs a Kafka broker: run it through scripts/test.sh, which starts \
+                     Apache Kafka, or set KAFKA_BROKERS=host:port (or NISSHI_BIN)"
+                ),
+            },
         }
     }
 
@@ -55,14 +38,20 @@ impl Broker {
         format!("{name}-{}-{n}", std::process::id())
     }
 
-    fn start_nisshi() -> Broker {
+    /// A consumer group for a test on `topic` (a name from [`Broker::topic`]): one broker serves
+    /// every test of a run, and a group is one group whatever its topics, so two tests that
+    /// both said "g" would share members, rebalances and session timeouts.
+    pub fn group(topic: &str, name: &str) -> String {
+        format!("{topic}.{name}")
+    }
+
+    fn start_nisshi(bin: PathBuf) -> Broker {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
         let addr = format!("127.0.0.1:{port}");
         let url = format!("tcp://{addr}");
-        let bin = nisshi_bin();
         let mut child = Command::new(&bin)
             .args([
                 "broker",
@@ -75,12 +64,7 @@ impl Broker {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start {}: {e}; scripts/test.sh builds nisshi once per machine",
-                    bin.display()
-                )
-            });
+            .unwrap_or_else(|e| panic!("cannot start {}: {e} (NISSHI_BIN)", bin.display()));
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(&addr).is_err() {
             if let Ok(Some(status)) = child.try_wait() {

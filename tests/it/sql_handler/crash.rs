@@ -67,7 +67,8 @@ async fn crash_then_restart(
         "heartbeat.interval.ms=500",
     ];
     let mut args = vec!["run", "--database-url", &url, "--brokers", &broker.addr];
-    args.extend(["--topic", &topic, "--group", "g", "--log-interval", "0"]);
+    let group = Broker::group(&topic, "g");
+    args.extend(["--topic", &topic, "--group", &group, "--log-interval", "0"]);
     args.extend(["--handler", "sql", "--apply-sql", sql.to_str().unwrap()]);
     args.extend(["--batch-linger-ms", "200"]);
     args.extend(flags);

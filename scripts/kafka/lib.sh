@@ -1,0 +1,240 @@
+# Apache Kafka for the project's broker tests, load tests and chaos runs: the broker's jars from
+# Maven Central (no distribution tarball), started with `java -cp` as KRaft nodes on free ports.
+# Sourced by scripts/lib.sh; do not run it.
+#
+#   ensure_kafka                      fetch the jars once per machine (KAFKA_LIBS)
+#   start_kafka DIR                   one node (broker + controller) in DIR: BROKER_ADDR, BROKER_PID
+#   start_kafka_cluster DIR [N]       N nodes (default 3), replication factor N, min ISR N-1:
+#                                     BROKER_ADDR (every node), KAFKA_NODE_PIDS
+#   kafka_node_kill DIR I             SIGKILL node I (1-based) of the run in DIR
+#   kafka_node_start DIR I            start node I again on its own log, wait until it serves
+#   stop_kafka DIR                    SIGTERM every node of DIR, SIGKILL after 20 s
+#   kafka_tool CLASS ARGS...          run one of Kafka's own tools (ConsumerGroupCommand, …)
+#
+# Each node's heap is KAFKA_HEAP (default 512m) with the serial collector: three nodes,
+# PostgreSQL and the processors share two cores.
+
+KAFKA_VERSION=4.4.0
+KAFKA_ROOT=${KAFKA_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/batch-inbox/kafka-$KAFKA_VERSION}
+KAFKA_LIBS=$KAFKA_ROOT/libs
+KAFKA_HEAP=${KAFKA_HEAP:-512m}
+_kafka_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# The jars, once per machine: `mvn dependency:copy-dependencies` of scripts/kafka/pom.xml into a
+# cache directory that later runs (and other clones) find again. One fetch at a time per machine.
+ensure_kafka() {
+  [ -f "$KAFKA_LIBS/.complete" ] && return 0
+  command -v java >/dev/null || { echo "Apache Kafka needs java (17 or newer) on the PATH" >&2; return 1; }
+  command -v mvn >/dev/null || { echo "fetching Apache Kafka needs mvn on the PATH" >&2; return 1; }
+  mkdir -p "$KAFKA_ROOT"
+  exec 8>"$KAFKA_ROOT.lock"
+  flock 8
+  if [ ! -f "$KAFKA_LIBS/.complete" ]; then
+    echo "fetching Apache Kafka $KAFKA_VERSION's jars from Maven Central into $KAFKA_LIBS" \
+      "(once per machine)" >&2
+    local started=$SECONDS
+    rm -rf "$KAFKA_LIBS.partial"
+    if ! mvn -q -B -f "$_kafka_dir/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
+      dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$KAFKA_LIBS.partial" >"$KAFKA_ROOT/fetch.log" 2>&1; then
+      flock -u 8
+      echo "fetching Apache Kafka failed; mvn said:" >&2
+      tail -n 30 "$KAFKA_ROOT/fetch.log" >&2
+      return 1
+    fi
+    rm -rf "$KAFKA_LIBS"
+    mv "$KAFKA_LIBS.partial" "$KAFKA_LIBS"
+    touch "$KAFKA_LIBS/.complete"
+    echo "Apache Kafka $KAFKA_VERSION fetched in $((SECONDS - started)) s" \
+      "($(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars, $(du -sh "$KAFKA_LIBS" | cut -f1))" >&2
+  fi
+  flock -u 8
+}
+
+# _kafka_java LOGFILE CLASS ARGS...: the JVM every node runs in (KAFKA_EXEC=exec: in place of
+# the calling shell, so that a background node's $! is the JVM's own pid).
+_kafka_java() {
+  local logfile=$1
+  shift
+  ${KAFKA_EXEC:-} java -Xms128m "-Xmx$KAFKA_HEAP" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
+    "-Dkafka.node.log=$logfile" "-Dlog4j2.configurationFile=$_kafka_dir/log4j2.properties" \
+    -cp "$KAFKA_LIBS/*" "$@"
+}
+
+# kafka_tool CLASS ARGS...: one of Kafka's tools, its own logging kept out of the output.
+kafka_tool() {
+  ensure_kafka || return 1
+  local class=$1
+  shift
+  java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    "-Dlog4j2.configurationFile=$_kafka_dir/log4j2-tools.properties" \
+    -cp "$KAFKA_LIBS/*" "$class" "$@"
+}
+
+# _kafka_write_config DIR I N PORTS... : server.properties of node I of N in DIR/node-I.
+# PORTS holds each node's broker port then controller port.
+_kafka_write_config() {
+  local dir=$1 i=$2 n=$3
+  shift 3
+  local ports=("$@") node="$dir/node-$i" bootstrap="" j
+  for j in $(seq 1 "$n"); do
+    bootstrap+="${bootstrap:+,}127.0.0.1:${ports[$((2 * j - 1))]}"
+  done
+  local port=${ports[$((2 * i - 2))]} cport=${ports[$((2 * i - 1))]}
+  mkdir -p "$node/data"
+  local isr=1
+  [ "$n" -gt 1 ] && isr=$((n - 1))
+  cat >"$node/server.properties" <<EOF
+process.roles=broker,controller
+node.id=$i
+controller.quorum.bootstrap.servers=$bootstrap
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$node/data
+auto.create.topics.enable=true
+num.partitions=1
+default.replication.factor=$n
+min.insync.replicas=$isr
+offsets.topic.replication.factor=$n
+offsets.topic.num.partitions=8
+transaction.state.log.replication.factor=$n
+transaction.state.log.min.isr=$isr
+share.coordinator.state.topic.replication.factor=$n
+share.coordinator.state.topic.min.isr=$isr
+unclean.leader.election.enable=false
+group.initial.rebalance.delay.ms=0
+# The consumer group protocol (KIP-848) takes its timeouts from the broker: short ones for tests.
+group.consumer.min.session.timeout.ms=3000
+group.consumer.session.timeout.ms=10000
+group.consumer.min.heartbeat.interval.ms=200
+group.consumer.heartbeat.interval.ms=1000
+log.segment.bytes=67108864
+log.retention.check.interval.ms=5000
+EOF
+}
+
+# _kafka_node_run DIR I: start node I of DIR in the background (its pid in DIR/node-I/pid).
+_kafka_node_run() {
+  local node="$1/node-$2"
+  KAFKA_EXEC=exec _kafka_java "$node/broker.log" kafka.Kafka "$node/server.properties" \
+    >>"$node/stdout.log" 2>&1 &
+  echo $! >"$node/pid"
+}
+
+# _kafka_node_wait DIR I: until node I logs that it started and accepts connections.
+_kafka_node_wait() {
+  local node="$1/node-$2" port pid
+  port=$(sed -n 's/^listeners=PLAINTEXT:\/\/127.0.0.1:\([0-9]*\),.*/\1/p' "$node/server.properties")
+  pid=$(cat "$node/pid")
+  for _ in $(seq 1 1200); do
+    if grep -q "Kafka Server started" "$node/broker.log" 2>/dev/null &&
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "Kafka node $2 did not start on 127.0.0.1:$port; the end of its log:" >&2
+  tail -n 40 "$node/stdout.log" "$node/broker.log" >&2 2>/dev/null
+  return 1
+}
+
+# start_kafka_cluster DIR [N]: N KRaft nodes, each broker and controller, formatted with the same
+# cluster id and the full voter set (--initial-controllers), started and ready.
+start_kafka_cluster() {
+  local dir=$1 n=${2:-3} ports=() i id voters=""
+  ensure_kafka || return 1
+  mkdir -p "$dir"
+  for i in $(seq 1 $((2 * n))); do ports+=("$(free_port)"); done
+  id=$(_kafka_java /dev/null kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+  for i in $(seq 1 "$n"); do
+    _kafka_write_config "$dir" "$i" "$n" "${ports[@]}"
+  done
+  local format=(--standalone)
+  if [ "$n" -gt 1 ]; then
+    # Each voter: id@host:controller-port:directory-id, the directory id chosen here.
+    for i in $(seq 1 "$n"); do
+      local dirid
+      dirid=$(_kafka_java /dev/null kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+      voters+="${voters:+,}$i@127.0.0.1:${ports[$((2 * i - 1))]}:$dirid"
+    done
+    format=(--initial-controllers "$voters")
+  fi
+  for i in $(seq 1 "$n"); do
+    _kafka_java "$dir/node-$i/format.log" kafka.tools.StorageTool format -t "$id" \
+      -c "$dir/node-$i/server.properties" "${format[@]}" >"$dir/node-$i/format.out" 2>&1 || {
+      echo "formatting Kafka node $i failed:" >&2
+      cat "$dir/node-$i/format.out" >&2
+      return 1
+    }
+  done
+  for i in $(seq 1 "$n"); do _kafka_node_run "$dir" "$i"; done
+  KAFKA_NODE_PIDS=()
+  BROKER_ADDR=""
+  for i in $(seq 1 "$n"); do
+    _kafka_node_wait "$dir" "$i" || return 1
+    KAFKA_NODE_PIDS+=("$(cat "$dir/node-$i/pid")")
+    BROKER_ADDR+="${BROKER_ADDR:+,}127.0.0.1:${ports[$((2 * i - 2))]}"
+  done
+  echo "$n" >"$dir/nodes"
+  BROKER_PID=${KAFKA_NODE_PIDS[0]}
+}
+
+# start_kafka DIR: a single node.
+start_kafka() {
+  start_kafka_cluster "$1" 1
+}
+
+kafka_node_kill() {
+  kill -KILL "$(cat "$1/node-$2/pid")" 2>/dev/null || true
+}
+
+kafka_node_start() {
+  # Only the lines of this start count as its readiness: the earlier log is kept aside.
+  mv "$1/node-$2/broker.log" "$1/node-$2/broker.log.$(date +%s%N)" 2>/dev/null || true
+  _kafka_node_run "$1" "$2"
+  _kafka_node_wait "$1" "$2"
+}
+
+stop_kafka() {
+  local dir=$1 i pids=()
+  [ -f "$dir/nodes" ] || return 0
+  for i in $(seq 1 "$(cat "$dir/nodes")"); do
+    [ -f "$dir/node-$i/pid" ] && pids+=("$(cat "$dir/node-$i/pid")")
+  done
+  [ ${#pids[@]} -gt 0 ] || return 0
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  for _ in $(seq 1 200); do
+    kill -0 "${pids[@]}" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "${pids[@]}" 2>/dev/null || true
+}
+
+# kafka_group_lag_zero BROKERS GROUP: ConsumerGroupCommand --describe of GROUP; prints its table
+# and succeeds only when every partition has a committed offset and a lag of 0.
+kafka_group_lag_zero() {
+  local out
+  out=$(kafka_tool org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
+    --bootstrap-server "$1" --describe --group "$2" 2>&1) || {
+    echo "$out" >&2
+    return 1
+  }
+  echo "$out" >&2
+  echo "$out" | python3 -c '
+import sys
+rows = [l.split() for l in sys.stdin if l.strip()]
+head = next((r for r in rows if "LAG" in r and "PARTITION" in r), None)
+if head is None:
+    sys.exit("no partition table in the ConsumerGroupCommand output")
+lag = head.index("LAG")
+body = [r for r in rows[rows.index(head) + 1:] if len(r) > lag]
+bad = [r for r in body if r[lag] != "0"]
+if not body or bad:
+    sys.exit("partitions with lag or without a committed offset: %d of %d" % (len(bad), len(body)))
+print("ConsumerGroupCommand: lag 0 on all %d partitions of group %s" % (len(body), sys.argv[1]), file=sys.stderr)
+' "$2"
+}
