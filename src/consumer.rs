@@ -93,7 +93,6 @@ impl KafkaSettings {
             .set("enable.auto.commit", "true")
             .set("auto.commit.interval.ms", "1000")
             .set("auto.offset.reset", "earliest")
-            .set("partition.assignment.strategy", "cooperative-sticky")
             // Bound the prefetch (librdkafka keeps up to 100,000 records per partition and asks
             // for 50 MB fetches by default): backpressure instead of memory growth on a large
             // backlog. Measured on a 1M backlog: 2 MB fetches halve peak memory at no cost in
@@ -112,10 +111,26 @@ impl KafkaSettings {
                 "enable.partition.eof",
                 if self.partition_eof { "true" } else { "false" },
             );
+        // The classic protocol's assignor: incremental (cooperative-sticky), so a rebalance moves
+        // only the partitions that change owner. The consumer protocol (KIP-848,
+        // `-X group.protocol=consumer`) assigns on the broker and is always incremental; librdkafka
+        // refuses the property there.
+        if !self.consumer_protocol() {
+            c.set("partition.assignment.strategy", "cooperative-sticky");
+        }
         for (k, v) in &self.overrides {
             c.set(k, v);
         }
         c
+    }
+
+    /// Whether the overrides choose the consumer group protocol of KIP-848.
+    fn consumer_protocol(&self) -> bool {
+        self.overrides
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "group.protocol")
+            .is_some_and(|(_, v)| v.trim().eq_ignore_ascii_case("consumer"))
     }
 }
 

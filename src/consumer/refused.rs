@@ -160,6 +160,27 @@ mod tests {
     }
 
     #[test]
+    fn the_consumer_group_protocol_gets_no_classic_assignor() {
+        let classic = settings(&[]).client_config();
+        assert_eq!(
+            classic.get("partition.assignment.strategy"),
+            Some("cooperative-sticky")
+        );
+        for v in ["consumer", " Consumer"] {
+            let kip848 = settings(&[("group.protocol", v)]).client_config();
+            assert_eq!(kip848.get("partition.assignment.strategy"), None, "{v}");
+        }
+        let back = settings(&[
+            ("group.protocol", "consumer"),
+            ("group.protocol", "classic"),
+        ]);
+        assert_eq!(
+            back.client_config().get("partition.assignment.strategy"),
+            Some("cooperative-sticky")
+        );
+    }
+
+    #[test]
     fn storing_offsets_on_delivery_is_refused() {
         for v in ["true", "t", "1", "yes"] {
             let err = check(&settings(&[("enable.auto.offset.store", v)]), true).unwrap_err();

@@ -16,6 +16,7 @@ mod e2e;
 mod exit_on_eof;
 #[cfg(feature = "failpoints")]
 mod faults;
+mod group_protocol;
 mod hostile_records;
 mod natural_batching;
 mod ops;
