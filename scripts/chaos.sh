@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Chaos run: processors in one group apply a generated input (duplicates, bad input, overdrafts)
 # while a seeded nemesis kills them (SIGKILL), pauses them past the session timeout
-# (SIGSTOP/SIGCONT), crash-restarts PostgreSQL and adds and removes members; then it drains and
-# checks the database and the committed offsets against the generator's model.
+# (SIGSTOP/SIGCONT), crash-restarts PostgreSQL, adds and removes members and, with
+# --broker-faults, SIGKILLs Apache Kafka nodes and starts them again on their own logs; then it
+# drains and checks the database and the committed offsets against the generator's model, and
+# Kafka's own ConsumerGroupCommand must report lag 0 for the processors' group.
 #
 #   scripts/chaos.sh [--duration SECONDS] [--seed N] [--processors N] [--brokers HOST:PORT]
+#   scripts/chaos.sh --kafka-nodes 3 ...  a 3-node cluster (replication 3, min ISR 2)
+#   scripts/chaos.sh --broker-faults ...  the nemesis also kills and restarts broker nodes
 #   scripts/chaos.sh --unsafe ...   the control: processors in an unsafe configuration; the
 #                                   checker must FAIL (exit 1)
 #
 # Starts its OWN PostgreSQL server (initdb in a temporary directory, a free port, fsync on), the
-# only one it restarts, and a nisshi broker unless --brokers is given. Prints the seed, the faults
-# and PASS/FAIL, writes results/chaos/chaos-<UTC time>-seed<N>-<pid>.json (chaos-control-… for --unsafe;
+# only one it restarts, and its own Apache Kafka (KRaft nodes in the run's directory, one unless
+# --kafka-nodes) unless --brokers or KAFKA_BROKERS names a broker (NISSHI_BIN: a nisshi process).
+# Prints the seed, the faults and PASS/FAIL, writes results/chaos/chaos-<UTC time>-seed<N>-<pid>.json (chaos-control-… for --unsafe;
 # --results-dir elsewhere).
 # Exit status: 0 PASS, 1 an invariant was violated, 2 the run itself failed. Other flags go to
 # `batch-inbox-bench chaos` (see `batch-inbox-bench chaos --help`). KEEP=1 keeps the logs and the server.
@@ -22,10 +27,12 @@ source scripts/lib.sh
 # database commit (loses messages), and no inbox (applies redeliveries twice).
 read -ra UNSAFE_FLAGS <<<"${UNSAFE_FLAGS:---unsafe-offsets-before-commit --unsafe-no-inbox}"
 
-unsafe=0 brokers="${KAFKA_BROKERS:-}" args=()
+unsafe=0 brokers="${KAFKA_BROKERS:-}" args=() kafka_nodes=1 broker_faults=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --unsafe) unsafe=1 ;;
+    --kafka-nodes) kafka_nodes=$2; shift ;;
+    --broker-faults) broker_faults=1 ;;
     --brokers) brokers=$2; shift ;;
     --brokers=*) brokers=${1#--brokers=} ;;
     *) args+=("$1") ;;
@@ -38,12 +45,12 @@ bin=./target/release/batch-inbox-bench
 work=$(mktemp -d /tmp/chaos.XXXXXX)
 chmod 755 "$work"
 pg="$work/pg"
-broker_pid="" driver_pid=""
+driver_pid=""
 status=2
 cleanup() {
   # The driver and its processor processes share one process group (setsid below).
   [ -n "$driver_pid" ] && kill -KILL -- "-$driver_pid" 2>/dev/null
-  [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null
+  stop_broker "$work/broker"
   if [ "${KEEP:-0}" = 1 ]; then
     log "kept $work"
     return
@@ -91,11 +98,35 @@ db="chaos_$(date +%s)"
 psql -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
   -c "CREATE DATABASE \"$db\"" >/dev/null
 
-if [ -z "$brokers" ]; then
-  start_nisshi "$work/broker.log"
-  broker_pid=$BROKER_PID brokers=$BROKER_ADDR
-  log "nisshi broker on $brokers"
+broker_kind="the broker of --brokers"
+if [ -z "$brokers" ] && [ -z "${NISSHI_BIN:-}" ]; then
+  log "Apache Kafka $KAFKA_VERSION: $kafka_nodes KRaft node(s) in $work/broker/kafka"
+  start_kafka_cluster "$work/broker/kafka" "$kafka_nodes"
+  brokers=$BROKER_ADDR broker_kind="Apache Kafka $KAFKA_VERSION, $kafka_nodes node(s)"
+  log "Apache Kafka on $brokers"
+  if [ "$broker_faults" = 1 ]; then
+    args+=(--broker-nodes "$kafka_nodes"
+      --broker-stop-command "bash -c 'source scripts/lib.sh && kafka_node_kill $work/broker/kafka {node}'"
+      --broker-start-command "bash -c 'source scripts/lib.sh && kafka_node_start $work/broker/kafka {node}'")
+  fi
+elif [ -z "$brokers" ]; then
+  KAFKA_BROKERS="" start_broker "$work/broker"
+  brokers=$BROKER_ADDR broker_kind=$BROKER_KIND
+  log "$broker_kind on $brokers"
 fi
+if [ "$broker_faults" = 1 ] && [ "$broker_kind" = "${broker_kind#Apache Kafka}" ]; then
+  log "--broker-faults needs the run's own Apache Kafka (no --brokers, KAFKA_BROKERS or NISSHI_BIN)"
+  exit 2
+fi
+results_dir=results/chaos
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[$i]}" in
+    --results-dir) results_dir=${args[$((i + 1))]} ;;
+    --results-dir=*) results_dir=${args[$i]#--results-dir=} ;;
+  esac
+done
+mkdir -p "$results_dir"
+touch "$work/started"
 
 status=0
 # The driver's own Kafka clients (offset watcher, topic reader) log expected end-of-partition
@@ -105,8 +136,18 @@ status=0
 NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn,rdkafka=off}" setsid $bin chaos --database-url "postgres://postgres@127.0.0.1:$port/$db" --brokers "$brokers" \
   --db-stop-command "bash -c 'source scripts/lib.sh && private_postgres_crash $pg'" \
   --db-start-command "bash -c 'source scripts/lib.sh && private_postgres_start $pg $port'" \
-  --work-dir "$work/run" "${control[@]}" "${args[@]}" &
+  --broker-label "$broker_kind" --work-dir "$work/run" "${control[@]}" "${args[@]}" &
 driver_pid=$!
 wait "$driver_pid" || status=$?
 driver_pid=""
+# Kafka's own view of the group: every partition committed to its end (lag 0). Only for a PASS:
+# a control or a failed run has nothing to confirm.
+if [ "$status" = 0 ]; then
+  report=$(find "$results_dir" -maxdepth 1 -name 'chaos-*.json' -newer "$work/started" | sort | tail -n 1)
+  group=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["setup"]["group"])' "$report")
+  if ! kafka_group_lag_zero "$brokers" "$group"; then
+    log "Kafka's ConsumerGroupCommand reports lag for group $group after a PASS"
+    status=1
+  fi
+fi
 exit "$status"

@@ -122,6 +122,8 @@ _kafka_node_run() {
   KAFKA_EXEC=exec _kafka_java "$node/broker.log" kafka.Kafka "$node/server.properties" \
     >>"$node/stdout.log" 2>&1 &
   echo $! >"$node/pid"
+  # Its end (a nemesis's SIGKILL included) is the caller's business, not a job to report.
+  disown $!
 }
 
 # _kafka_node_wait DIR I: until node I logs that it started and accepts connections.

@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 use crate::generate::Record;
 use batch_inbox::internal::error::DbError;
 use members::{Cluster, MemberSpec};
-use nemesis::{Nemesis, NemesisSettings};
+use nemesis::{BrokerFaults, Nemesis, NemesisSettings};
 use offsets::GroupOffsets;
+use plan::GroupProtocol;
 use plan::Plan;
 use report::{ChaosReport, Replays, Tally, Throughput};
 
@@ -144,14 +145,23 @@ fn start_cluster(args: &ChaosArgs, plan: &Plan) -> Result<Cluster, ChaosError> {
         &plan.group,
         "--pool-size",
         &args.partitions.max(1).to_string(),
-        "-X",
-        &format!("session.timeout.ms={}", args.session_timeout_ms),
-        "-X",
-        "heartbeat.interval.ms=1000",
     ]
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
+    // The classic protocol takes the session timeout from the member; the consumer protocol
+    // (KIP-848) from the broker's group.consumer.session.timeout.ms, and refuses it here.
+    let group: Vec<String> = if args.group_protocol == GroupProtocol::Consumer {
+        vec!["-X".into(), "group.protocol=consumer".into()]
+    } else {
+        vec![
+            "-X".into(),
+            format!("session.timeout.ms={}", args.session_timeout_ms),
+            "-X".into(),
+            "heartbeat.interval.ms=1000".into(),
+        ]
+    };
+    run.extend(group);
     run.extend(args.processor_args.iter().cloned());
     let mut cluster = Cluster::new(MemberSpec {
         bin,
@@ -170,6 +180,15 @@ fn nemesis_settings(args: &ChaosArgs, seed: u64) -> NemesisSettings {
         seed,
         db_stop: args.db_stop_command.clone(),
         db_start: args.db_start_command.clone(),
+        broker: args
+            .broker_stop_command
+            .clone()
+            .zip(args.broker_start_command.clone())
+            .map(|(stop, start)| BrokerFaults {
+                nodes: args.broker_nodes,
+                stop,
+                start,
+            }),
         session_timeout: Duration::from_millis(args.session_timeout_ms),
         max_members: args.processors.max(1) + 2,
         gap: (Duration::from_millis(1500), Duration::from_millis(4000)),
@@ -305,6 +324,9 @@ fn faults_hit(
     if args.db_stop_command.is_some() && args.db_start_command.is_some() {
         hit.push(("database restarts", count("restart_db")));
     }
+    if args.broker_stop_command.is_some() {
+        hit.push(("broker restarts", count("restart_broker")));
+    }
     hit.extend([
         ("partition moves", tally.partition_moves),
         ("retries", tally.retries()),
@@ -364,7 +386,12 @@ fn setup_map(args: &ChaosArgs, plan: &Plan) -> BTreeMap<String, String> {
         ("accounts", args.accounts.to_string()),
         ("records", plan.records.len().to_string()),
         ("session_timeout_ms", args.session_timeout_ms.to_string()),
+        (
+            "group_protocol",
+            format!("{:?}", args.group_protocol).to_lowercase(),
+        ),
         ("brokers", args.brokers.clone()),
+        ("broker", args.broker_label.clone()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

@@ -2,7 +2,8 @@
 //!
 //! Faults: SIGKILL a processor (restarted after a short delay), SIGSTOP one past the session
 //! timeout then SIGCONT, crash-restart the database (`-m immediate`), start an extra member, stop
-//! a member gracefully (SIGTERM); the first database outage, and half the later ones, also kill a member while its batch
+//! a member gracefully (SIGTERM), SIGKILL a broker node and start it again on its own log (with
+//! `--broker-stop-command`/`--broker-start-command`); the first database outage, and half the later ones, also kill a member while its batch
 //! waits for the database. Invariant: every kind that can run is injected at least once
 //! (the first faults are a seeded permutation of the kinds), and every random choice comes from
 //! the seed, so a failing seed replays the same schedule (process timings still vary).
@@ -33,6 +34,8 @@ pub enum Fault {
     Join,
     /// SIGTERM a member: it finishes its batches and leaves the group.
     Leave,
+    /// SIGKILL a broker node, start it again on its own log.
+    RestartBroker,
 }
 
 impl Fault {
@@ -44,6 +47,7 @@ impl Fault {
             Fault::RestartDb => "restart_db",
             Fault::Join => "join",
             Fault::Leave => "leave",
+            Fault::RestartBroker => "restart_broker",
         }
     }
 }
@@ -71,12 +75,26 @@ pub struct NemesisSettings {
     pub db_stop: Option<String>,
     /// Shell command that starts it again.
     pub db_start: Option<String>,
+    /// The broker's nodes, numbered from 1, and the shell commands that kill one like a crash
+    /// and start it again (`{node}` replaced by its number; the start returns once it serves).
+    pub broker: Option<BrokerFaults>,
     /// The processors' session timeout: pauses last longer than this.
     pub session_timeout: Duration,
     /// Most members at once (joins beyond it become leaves).
     pub max_members: usize,
     /// Smallest and largest gap between two faults.
     pub gap: (Duration, Duration),
+}
+
+/// How the nemesis kills and restarts broker nodes.
+#[derive(Debug, Clone)]
+pub struct BrokerFaults {
+    /// Nodes 1..=nodes.
+    pub nodes: usize,
+    /// Kills node `{node}`.
+    pub stop: String,
+    /// Starts node `{node}` again and returns once it serves.
+    pub start: String,
 }
 
 /// The fault injector.
@@ -133,6 +151,9 @@ impl Nemesis {
         if self.settings.db_stop.is_some() && self.settings.db_start.is_some() {
             kinds.push(Fault::RestartDb);
         }
+        if self.settings.broker.is_some() {
+            kinds.push(Fault::RestartBroker);
+        }
         kinds
     }
 
@@ -142,7 +163,7 @@ impl Nemesis {
             .iter()
             .flat_map(|k| {
                 let w = match k {
-                    Fault::Kill | Fault::RestartDb => 3,
+                    Fault::Kill | Fault::RestartDb | Fault::RestartBroker => 3,
                     Fault::Pause => 2,
                     Fault::Join | Fault::Leave => 1,
                 };
@@ -203,6 +224,7 @@ impl Nemesis {
             Fault::Kill => self.kill(),
             Fault::Pause => self.pause(),
             Fault::RestartDb => self.restart_db().await?,
+            Fault::RestartBroker => self.restart_broker().await?,
             Fault::Join | Fault::Leave => self.membership(fault)?,
         }
         Ok(())
@@ -280,6 +302,43 @@ impl Nemesis {
         tokio::task::spawn_blocking(move || shell(&start))
             .await
             .map_err(|e| e.to_string())?
+    }
+
+    /// SIGKILL a broker node chosen by the RNG, leave it down for a while, start it again on its
+    /// own log and wait until it serves: partition leaders move to the other nodes (a cluster) or
+    /// the whole broker is away (a single node).
+    async fn restart_broker(&mut self) -> Result<(), String> {
+        let Some(broker) = self.settings.broker.clone() else {
+            return Ok(());
+        };
+        let node = self.rng.random_range(1..=broker.nodes.max(1)).to_string();
+        let down = secs(&mut self.rng, 0.5, 4.0);
+        self.record(
+            Fault::RestartBroker,
+            format!(
+                "node {node} of {} (SIGKILL), down for {down:.1?}",
+                broker.nodes
+            ),
+        );
+        let stop = broker.stop.replace("{node}", &node);
+        let start = broker.start.replace("{node}", &node);
+        tokio::task::spawn_blocking(move || shell(&stop))
+            .await
+            .map_err(|e| e.to_string())??;
+        tokio::time::sleep(down).await;
+        let began = Instant::now();
+        tokio::task::spawn_blocking(move || shell(&start))
+            .await
+            .map_err(|e| e.to_string())??;
+        let at_s = self.start.elapsed().as_secs_f64();
+        println!(
+            "[chaos {at_s:7.1}s] broker node {node} serves again ({:.1?} to start)",
+            began.elapsed()
+        );
+        if let Some(e) = self.events.last_mut() {
+            e.ends_s = Some(at_s);
+        }
+        Ok(())
     }
 
     fn membership(&mut self, wanted: Fault) -> Result<(), String> {

@@ -44,12 +44,31 @@ pub struct ChaosArgs {
     /// Shell command that starts the database again.
     #[arg(long)]
     pub db_start_command: Option<String>,
+    /// Shell command that kills broker node `{node}` (1..=--broker-nodes) like a crash; with
+    /// --broker-start-command, enables broker restarts.
+    #[arg(long, requires = "broker_start_command")]
+    pub broker_stop_command: Option<String>,
+    /// Shell command that starts broker node `{node}` again on its own log and returns once it
+    /// serves.
+    #[arg(long, requires = "broker_stop_command")]
+    pub broker_start_command: Option<String>,
+    /// The broker's nodes, for --broker-stop-command.
+    #[arg(long, default_value_t = 1)]
+    pub broker_nodes: usize,
+    /// What the broker is, for the results file (e.g. "Apache Kafka 4.4.0, 3 node(s)").
+    #[arg(long, default_value = "")]
+    pub broker_label: String,
     /// Extra flag for every processor (repeatable), e.g. an unsafe switch for the control run.
     #[arg(long = "processor-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub processor_args: Vec<String>,
     /// Marks the run as the control (a deliberately unsafe configuration) in the results.
     #[arg(long)]
     pub control: bool,
+    /// The processors' group protocol: `classic`, or `consumer` (KIP-848: the broker assigns, and
+    /// its `group.consumer.session.timeout.ms` is the session timeout, which
+    /// --session-timeout-ms must then equal).
+    #[arg(long, value_enum, default_value = "classic")]
+    pub group_protocol: GroupProtocol,
     /// The processors' session timeout in ms; pauses last longer than this.
     #[arg(long, default_value_t = 6000)]
     pub session_timeout_ms: u64,
@@ -69,6 +88,15 @@ pub struct ChaosArgs {
     /// Directory for the processors' logs and reports (a temporary one when absent).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
+}
+
+/// A consumer group protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupProtocol {
+    /// The classic protocol: members assign, cooperative-sticky.
+    Classic,
+    /// KIP-848: the broker assigns.
+    Consumer,
 }
 
 /// Failure of the chaos run itself (not an invariant violation).
