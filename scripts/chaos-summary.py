@@ -10,6 +10,9 @@ def row(path):
     r = json.load(open(path))
     f, p, rp = r["faults"], r["processors"], r["replays"]
     failed = [i["name"] for i in r["invariants"] if not i["ok"]]
+    # The brokers' own account of replication, when the run had a cluster (chaos.sh writes it).
+    isr_path = os.path.join(os.path.dirname(path), "isr-" + os.path.basename(path))
+    isr = json.load(open(isr_path)) if os.path.exists(isr_path) else {}
     return {
         "file": os.path.basename(path),
         "seed": r["seed"],
@@ -20,6 +23,9 @@ def row(path):
         "kill": f.get("kill", 0),
         "pause": f.get("pause", 0),
         "restart_db": f.get("restart_db", 0),
+        "restart_broker": f.get("restart_broker", 0),
+        "isr_shrinks": isr.get("isr_shrinks", 0),
+        "under_replicated_end": isr.get("under_replicated_partitions_at_end", 0),
         "join": f.get("join", 0),
         "leave": f.get("leave", 0),
         "moves": p.get("partition_moves", 0),
@@ -29,6 +35,8 @@ def row(path):
         "gaps": p.get("offset_gaps", 0),
         "regressions": len(r["offsets"].get("regressions", [])),
         "drained_s": r["throughput"].get("drained_after_s", 0.0),
+        "broker": r["setup"].get("broker", ""),
+        "protocol": r["setup"].get("group_protocol", "classic"),
     }
 
 
@@ -37,9 +45,13 @@ def main():
         (row(p) for p in glob.glob(os.path.join(sys.argv[1], "chaos-*.json"))),
         key=lambda r: (r["duration_s"], r["seed"], r["file"]),
     )
-    cols = ["seed", "duration_s", "verdict", "records", "kill", "pause", "restart_db", "join",
-            "leave", "moves", "retries", "replayed", "avoided", "gaps", "regressions", "drained_s"]
+    cols = ["seed", "duration_s", "verdict", "records", "kill", "pause", "restart_db",
+            "restart_broker", "isr_shrinks", "under_replicated_end", "join", "leave", "moves", "retries", "replayed", "avoided", "gaps", "regressions", "drained_s"]
     print(f"# Chaos runs ({len(runs)})\n")
+    setups = sorted({(r["broker"], r["protocol"]) for r in runs})
+    for broker, protocol in setups:
+        print(f"- broker: {broker or 'not recorded'}; group protocol: {protocol}")
+    print()
     print(f"{sum(r['passed'] for r in runs)} of {len(runs)} runs passed every invariant.\n")
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
@@ -50,7 +62,9 @@ def main():
     print("| total | " + f"{sum(r['duration_s'] for r in runs):.0f} | | "
           + " | ".join(str(total[c]) for c in cols[3:] if c != "drained_s") + " | |")
     print("\nColumns: faults injected (kill = SIGKILL, pause = SIGSTOP past the session timeout, "
-          "restart_db = PostgreSQL stopped -m immediate, join/leave = members added/removed), "
+          "restart_db = PostgreSQL stopped -m immediate, restart_broker = a Kafka node SIGKILLed and "
+          "started again on its own log, isr_shrinks = ISR changes to fewer than all nodes in the "
+          "brokers' logs, under_replicated_end = partitions under-replicated after the run, join/leave = members added/removed), "
           "partition moves, transient retries, records replayed to a processor and replays avoided "
           "by the offsets in the database (lower bounds), offset gaps seen by the workers, "
           "committed-offset regressions seen by the watcher, seconds until the group drained.")

@@ -150,4 +150,14 @@ if [ "$status" = 0 ]; then
     status=1
   fi
 fi
+# Replication as the brokers saw it (ISR shrinks and expansions, under-replicated partitions):
+# reported beside the run's results, not judged; the checker judges the data.
+if [ -f "$work/broker/kafka/nodes" ] && [ "$(cat "$work/broker/kafka/nodes")" -gt 1 ]; then
+  report=$(find "$results_dir" -maxdepth 1 -name 'chaos-*.json' -newer "$work/started" | sort | tail -n 1)
+  if [ -n "$report" ]; then
+    isr=$(kafka_isr_report "$work/broker/kafka" "$brokers") &&
+      echo "$isr" >"$(dirname "$report")/isr-$(basename "$report")" &&
+      log "replication: $isr"
+  fi
+fi
 exit "$status"

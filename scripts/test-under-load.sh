@@ -21,8 +21,8 @@ trap cleanup EXIT
 log() { echo "[test-under-load $(date +%T)] $*" >&2; }
 trap 'exit 130' INT TERM
 ensure_postgres
-# The broker is built once per machine; built here first so that its build is not counted.
-[ -n "${KAFKA_BROKERS:-}" ] || ensure_nisshi
+# The broker's jars are fetched once per machine; fetched here first so that it is not counted.
+[ -n "${KAFKA_BROKERS:-}" ] || ensure_kafka
 commit=$(git rev-parse --short HEAD)
 git clone -q "$repo" "$work/tests"
 git clone -q "$repo" "$work/load"

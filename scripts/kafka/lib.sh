@@ -23,8 +23,8 @@ _kafka_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The jars, once per machine: `mvn dependency:copy-dependencies` of scripts/kafka/pom.xml into a
 # cache directory that later runs (and other clones) find again. One fetch at a time per machine.
 ensure_kafka() {
+  ensure_java || return 1
   [ -f "$KAFKA_LIBS/.complete" ] && return 0
-  command -v java >/dev/null || { echo "Apache Kafka needs java (17 or newer) on the PATH" >&2; return 1; }
   command -v mvn >/dev/null || { echo "fetching Apache Kafka needs mvn on the PATH" >&2; return 1; }
   mkdir -p "$KAFKA_ROOT"
   exec 8>"$KAFKA_ROOT.lock"
@@ -49,6 +49,23 @@ ensure_kafka() {
       "($(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars, $(du -sh "$KAFKA_LIBS" | cut -f1))" >&2
   fi
   flock -u 8
+}
+
+# Java 17 or newer and Maven: installed from Debian's packages when missing and we are root.
+ensure_java() {
+  if command -v java >/dev/null && command -v mvn >/dev/null; then
+    return 0
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "Apache Kafka needs java (17 or newer) and mvn on the PATH" >&2
+    return 1
+  fi
+  echo "installing Java 17 and Maven (Debian packages openjdk-17-jre-headless, maven)" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    openjdk-17-jre-headless maven) >/dev/null || {
+    echo "cannot install Java and Maven with apt-get" >&2
+    return 1
+  }
 }
 
 # _kafka_java LOGFILE CLASS ARGS...: the JVM every node runs in (KAFKA_EXEC=exec: in place of
@@ -239,4 +256,30 @@ if not body or bad:
     sys.exit("partitions with lag or without a committed offset: %d of %d" % (len(bad), len(body)))
 print("ConsumerGroupCommand: lag 0 on all %d partitions of group %s" % (len(body), sys.argv[1]), file=sys.stderr)
 ' "$2"
+}
+
+# kafka_isr_report DIR BROKERS: what the brokers of DIR say about replication, as one JSON
+# object: ISR changes from their own logs (an "ISR updated to" line with fewer replicas than the
+# cluster's nodes is a shrink, one back to all of them an expansion) and the partitions that
+# TopicCommand lists as under-replicated now.
+kafka_isr_report() {
+  local dir=$1 brokers=$2 nodes under
+  nodes=$(cat "$dir/nodes")
+  under=$(kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$brokers" \
+    --describe --under-replicated-partitions 2>/dev/null | grep -c "Partition:" || true)
+  cat "$dir"/node-*/broker.log* 2>/dev/null | python3 -c '
+import json, re, sys
+nodes, under = int(sys.argv[1]), int(sys.argv[2])
+shrinks = expands = 0
+for line in sys.stdin:
+    m = re.search(r"ISR updated to ([0-9,]+)", line)
+    if m:
+        n = len(m.group(1).split(","))
+        if n < nodes:
+            shrinks += 1
+        else:
+            expands += 1
+print(json.dumps({"nodes": nodes, "isr_shrinks": shrinks, "isr_expansions": expands,
+                  "under_replicated_partitions_at_end": under}))
+' "$nodes" "$under"
 }
