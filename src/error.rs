@@ -24,29 +24,106 @@ pub fn is_retryable_db(err: &tokio_postgres::Error) -> bool {
 }
 
 fn is_retryable_state(code: &SqlState) -> bool {
-    let class = &code.code()[..2];
-    // 08: connection exception; 40: transaction rollback (serialization failure, deadlock);
-    // 53: insufficient resources; 57: operator intervention (admin shutdown, crash, starting up).
-    matches!(class, "08" | "40" | "53" | "57") || *code == SqlState::LOCK_NOT_AVAILABLE
+    classify_state(code) == Fault::Transient
+}
+
+/// Whose fault a failure is, which decides what the partition's worker does with it.
+///
+/// | fault | SQLSTATE classes and kinds | the worker |
+/// |---|---|---|
+/// | [`Fault::Transient`] | 08 connection, 40 rollback (serialization, deadlock), 53 resources, 57 operator intervention except 57P04, 55P03 lock not available, I/O errors, a closed connection | retries with backoff |
+/// | [`Fault::Message`] | 21 cardinality, 22 data exception, 23 integrity (also a deferred constraint at COMMIT), 44 `WITH CHECK OPTION`, P0 PL/pgSQL (`RAISE`, `ASSERT`, no or too many rows), 54 program limit; [`HandlerError::Message`] | bisects the batch down to the failing message and dead-letters it |
+/// | [`Fault::Environment`] | every other class, unknown ones included (42 undefined table or column, insufficient privilege; 0A cached plan changed; 25 read-only; 2B, 2D, 3D, 3F, 58, F0, XX, 57P04 database dropped, …); [`HandlerError::Environment`] and [`HandlerError::Other`] | stalls: commits, dead-letters and stores nothing, retries with capped backoff until it succeeds |
+///
+/// The rule: a failure is the message's only when it depends on the batch's data, so that
+/// bisecting can isolate it. Taking the environment's fault for the message's would turn one
+/// `REVOKE` into a dead-lettered stream; an operator fixes the environment, and the partition
+/// resumes by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The same work may succeed when retried soon.
+    Transient,
+    /// The batch's data: one of its messages is bad.
+    Message,
+    /// The database, the schema, the grants or the handler's code: an operator's to fix.
+    Environment,
+}
+
+/// The [`Fault`] of a SQLSTATE, by its class (and the few codes that differ from their class).
+pub fn classify_state(code: &SqlState) -> Fault {
+    if *code == SqlState::LOCK_NOT_AVAILABLE {
+        return Fault::Transient;
+    }
+    // 57P04: the database was dropped, which no retry soon will fix.
+    if *code == SqlState::DATABASE_DROPPED {
+        return Fault::Environment;
+    }
+    match &code.code()[..2] {
+        "08" | "40" | "53" | "57" => Fault::Transient,
+        "21" | "22" | "23" | "44" | "54" | "P0" => Fault::Message,
+        _ => Fault::Environment,
+    }
+}
+
+/// The [`Fault`] of a PostgreSQL error: by SQLSTATE; without one, a closed connection or an I/O
+/// failure is transient, and anything else (a value the client cannot convert: the handler's
+/// types do not match the table's) is the environment's.
+pub fn classify_db(err: &tokio_postgres::Error) -> Fault {
+    if err.is_closed() {
+        return Fault::Transient;
+    }
+    match err.code() {
+        Some(code) => classify_state(code),
+        None if std::error::Error::source(err)
+            .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()) =>
+        {
+            Fault::Transient
+        }
+        None => Fault::Environment,
+    }
 }
 
 /// Failure of a handler's business logic.
 #[derive(Debug, thiserror::Error)]
 pub enum HandlerError {
-    /// A statement the handler ran failed.
+    /// A statement the handler ran failed; classified by its SQLSTATE ([`classify_state`]).
     #[error("handler statement failed: {0}")]
     Db(#[from] tokio_postgres::Error),
-    /// Any other failure of the handler.
+    /// The handler says a message of the batch is bad: the batch is bisected and that message
+    /// dead-lettered. (A message the handler refuses on purpose is a
+    /// [`crate::handler::Rejection`], not an error.)
+    #[error("handler refused a message: {0}")]
+    Message(Box<dyn std::error::Error + Send + Sync>),
+    /// The handler says the environment is wrong (a setting, a service, its own bug): the
+    /// partition stalls until a retry succeeds.
+    #[error("handler environment: {0}")]
+    Environment(Box<dyn std::error::Error + Send + Sync>),
+    /// Any other failure of the handler: taken for the environment's (it stalls), since a
+    /// handler's own error is the message's fault only if the handler says so.
     #[error("handler failed: {0}")]
     Other(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl HandlerError {
-    /// Whether retrying the batch may succeed.
-    pub fn is_retryable(&self) -> bool {
+    /// Whose fault it is.
+    pub fn fault(&self) -> Fault {
         match self {
-            HandlerError::Db(e) => is_retryable_db(e),
-            HandlerError::Other(_) => false,
+            HandlerError::Db(e) => classify_db(e),
+            HandlerError::Message(_) => Fault::Message,
+            HandlerError::Environment(_) | HandlerError::Other(_) => Fault::Environment,
+        }
+    }
+
+    /// Whether retrying the batch soon may succeed.
+    pub fn is_retryable(&self) -> bool {
+        self.fault() == Fault::Transient
+    }
+
+    /// The SQLSTATE of a database error, if it is one.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            HandlerError::Db(e) => e.code().map(SqlState::code),
+            _ => None,
         }
     }
 }
@@ -69,16 +146,43 @@ pub enum InboxError {
 }
 
 impl InboxError {
-    /// Whether retrying the batch may succeed. A failed COMMIT whose outcome is unknown is
+    /// Whether retrying the batch soon may succeed. A failed COMMIT whose outcome is unknown is
     /// retryable: the inbox makes re-processing safe.
     pub fn is_retryable(&self) -> bool {
+        self.fault() == Fault::Transient
+    }
+
+    /// Whose fault it is ([`Fault`]). A statement of the transaction or its COMMIT (a deferred
+    /// constraint of the user's) is classified by SQLSTATE, except that a unique violation there
+    /// is taken for a concurrent copy of an id, and the transaction runs again. Connecting and
+    /// the dead-letter insert (which falls back to a minimal row on bad data) fail for the
+    /// environment or transiently, never for a message.
+    pub fn fault(&self) -> Fault {
+        let environment_unless_transient = |e: &tokio_postgres::Error| match classify_db(e) {
+            Fault::Transient => Fault::Transient,
+            Fault::Message | Fault::Environment => Fault::Environment,
+        };
         match self {
-            InboxError::Pool(PoolError::Backend(e)) => is_retryable_db(e),
-            InboxError::Pool(PoolError::Closed | PoolError::NoRuntimeSpecified) => false,
-            InboxError::Pool(_) => true,
-            InboxError::Db(e) => is_retryable_db(e) || self.is_concurrent_insert(),
-            InboxError::DeadLetters(e) => is_retryable_db(e),
-            InboxError::Handler(e) => e.is_retryable(),
+            InboxError::Pool(PoolError::Backend(e)) => environment_unless_transient(e),
+            InboxError::Pool(PoolError::Closed | PoolError::NoRuntimeSpecified) => {
+                Fault::Environment
+            }
+            InboxError::Pool(_) => Fault::Transient,
+            InboxError::Db(_) if self.is_concurrent_insert() => Fault::Transient,
+            InboxError::Db(e) => classify_db(e),
+            InboxError::DeadLetters(e) => environment_unless_transient(e),
+            InboxError::Handler(e) => e.fault(),
+        }
+    }
+
+    /// The SQLSTATE of the database error behind it, if any (for logs and metric labels).
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            InboxError::Pool(PoolError::Backend(e))
+            | InboxError::Db(e)
+            | InboxError::DeadLetters(e) => e.code().map(SqlState::code),
+            InboxError::Handler(h) => h.sqlstate(),
+            InboxError::Pool(_) => None,
         }
     }
 
@@ -99,7 +203,10 @@ impl InboxError {
             InboxError::Db(e)
             | InboxError::DeadLetters(e)
             | InboxError::Handler(HandlerError::Db(e)) => e,
-            InboxError::Pool(_) | InboxError::Handler(HandlerError::Other(_)) => return false,
+            InboxError::Pool(_)
+            | InboxError::Handler(
+                HandlerError::Other(_) | HandlerError::Message(_) | HandlerError::Environment(_),
+            ) => return false,
         };
         if db.is_closed() {
             return true;
@@ -296,5 +403,42 @@ mod tests {
         ] {
             assert!(!is_retryable_state(&code), "{code:?}");
         }
+    }
+
+    #[test]
+    fn every_failure_has_one_owner_the_transient_the_message_or_the_environment() {
+        let owner = |code: &str| classify_state(&SqlState::from_code(code));
+        // Transient: connection, rollback, resources, operator intervention, lock not available.
+        for code in [
+            "08006", "40001", "40P01", "53300", "57P01", "57P03", "55P03",
+        ] {
+            assert_eq!(owner(code), Fault::Transient, "{code}");
+        }
+        // The message's: the failure depends on the batch's data.
+        for code in [
+            "21000", "22003", "22P02", "22021", "23505", "23514", "23503", "44000", "54000",
+            "P0001", "P0002", "P0003", "P0004",
+        ] {
+            assert_eq!(owner(code), Fault::Message, "{code}");
+        }
+        // The environment's: schema, grants, plans, read-only, system; unknown classes too.
+        for code in [
+            "42P01", "42703", "42501", "42883", "0A000", "25006", "2BP01", "3D000", "3F000",
+            "58030", "F0000", "XX000", "57P04", "ZZ999", "HV000",
+        ] {
+            assert_eq!(owner(code), Fault::Environment, "{code}");
+        }
+    }
+
+    #[test]
+    fn a_handler_error_is_the_message_s_fault_only_when_it_says_so() {
+        let boxed = || -> Box<dyn std::error::Error + Send + Sync> { "x".into() };
+        assert_eq!(HandlerError::Message(boxed()).fault(), Fault::Message);
+        assert_eq!(
+            HandlerError::Environment(boxed()).fault(),
+            Fault::Environment
+        );
+        assert_eq!(HandlerError::Other(boxed()).fault(), Fault::Environment);
+        assert!(!HandlerError::Other(boxed()).is_retryable());
     }
 }

@@ -53,14 +53,19 @@ pub enum NotReady {
     /// The group gave this member no partition (yet).
     #[error("no partition assigned")]
     NoPartition,
+    /// A partition waits on a failure that is not the message's fault.
+    #[error("{0}")]
+    Stalled(String),
 }
 
 impl NotReady {
-    /// The body of `/readyz`: the kind of reason only.
-    pub fn body(&self) -> &'static str {
+    /// The body of `/readyz`: the kind of reason only, and for a stall the partitions and
+    /// SQLSTATEs (names and codes, nothing an error's text could carry).
+    pub fn body(&self) -> String {
         match self {
-            NotReady::Database(_) => "not ready: database\n",
-            NotReady::NoPartition => "not ready: no partition\n",
+            NotReady::Database(_) => "not ready: database\n".to_owned(),
+            NotReady::NoPartition => "not ready: no partition\n".to_owned(),
+            NotReady::Stalled(reason) => format!("not ready: {reason}\n"),
         }
     }
 
@@ -68,6 +73,7 @@ impl NotReady {
         match self {
             NotReady::Database(_) => 1,
             NotReady::NoPartition => 2,
+            NotReady::Stalled(_) => 3,
         }
     }
 }
@@ -91,6 +97,9 @@ impl OpsState {
                 let ms = self.probe_timeout.as_millis();
                 return Err(NotReady::Database(format!("no answer within {ms} ms")));
             }
+        }
+        if let Some(reason) = self.stats.telemetry.stalls.reason() {
+            return Err(NotReady::Stalled(reason));
         }
         match self.stats.telemetry.assigned_partitions() {
             0 => Err(NotReady::NoPartition),
@@ -155,7 +164,7 @@ async fn ready(State(state): State<Arc<OpsState>>) -> (StatusCode, String) {
             StatusCode::OK,
             format!("ready: database reachable, {n} partition(s) assigned\n"),
         ),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.body().to_owned()),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.body()),
     }
 }
 

@@ -23,7 +23,7 @@ use deadpool_postgres::{Client, Pool};
 use uuid::Uuid;
 
 use crate::dead_letter::{self, RowForm};
-use crate::error::InboxError;
+use crate::error::{HandlerError, InboxError};
 use crate::failpoint::failpoint;
 use crate::handler::{Handler, Rejection};
 use crate::message::DeadLetter;
@@ -70,6 +70,12 @@ pub struct Inbox<H: Handler> {
 }
 
 impl<H: Handler> Inbox<H> {
+    /// Drops every pooled connection's prepared statements, so that the next transactions
+    /// prepare theirs again (and the SQL handler checks its statement's result columns again).
+    pub fn forget_prepared_statements(&self) {
+        self.pool.manager().statement_caches.clear();
+    }
+
     /// An inbox over `pool`, reading ids from header `id_header`.
     pub fn new(pool: Pool, handler: Arc<H>, id_header: impl Into<Arc<str>>) -> Self {
         Self {
@@ -252,7 +258,9 @@ pub async fn apply_batch<H: Handler>(
     timings.handler = lap(&mut clock);
 
     let mut letters = batch.dead_letters.clone();
-    letters.extend(rejections.iter().filter_map(|r| rejected_letter(&fresh, r)));
+    for r in &rejections {
+        letters.push(rejected_letter(&fresh, r)?);
+    }
     let written = dead_letter::insert(&tx, topic, partition, &letters, rows)
         .await
         .map_err(InboxError::DeadLetters)?;
@@ -333,7 +341,7 @@ pub async fn apply_one<H: Handler>(
             outcome.new = 1;
             if let Some(rejection) = handler.handle_one(&tx, message).await? {
                 outcome.rejected = 1;
-                letters.extend(rejected_letter(std::slice::from_ref(message), &rejection));
+                letters.push(rejected_letter(std::slice::from_ref(message), &rejection)?);
             }
         } else {
             outcome.duplicates = 1;
@@ -388,9 +396,24 @@ async fn insert_ids<P>(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-fn rejected_letter<P>(messages: &[Message<P>], rejection: &Rejection) -> Option<DeadLetter> {
-    let message = messages.get(rejection.index)?;
-    Some(DeadLetter::new(
+/// The dead letter of `rejection`. An index outside the handler's slice is the handler's bug,
+/// never a message dropped in silence: the transaction fails for the environment, so the
+/// partition stalls (nothing committed) until a fixed handler runs.
+fn rejected_letter<P>(
+    messages: &[Message<P>],
+    rejection: &Rejection,
+) -> Result<DeadLetter, InboxError> {
+    let message = messages.get(rejection.index).ok_or_else(|| {
+        InboxError::Handler(HandlerError::Environment(
+            format!(
+                "the handler rejected message {} of a slice of {}",
+                rejection.index,
+                messages.len()
+            )
+            .into(),
+        ))
+    })?;
+    Ok(DeadLetter::new(
         message.raw.clone(),
         Some(message.id.to_string()),
         rejection.reason.clone(),

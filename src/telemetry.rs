@@ -8,6 +8,7 @@
 //! of a batch's records goes into its histogram under one lock.
 
 pub mod histogram;
+pub mod stall;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -59,6 +60,8 @@ pub struct Telemetry {
     unsafe_switches: Mutex<Vec<&'static str>>,
     /// The rejection names with a series of their own (at most [`MAX_REJECTION_LABELS`]).
     rejection_labels: Mutex<std::collections::BTreeSet<String>>,
+    /// Partitions waiting on the environment.
+    pub stalls: stall::Stalls,
 }
 
 /// Most rejection names with a dead-letter series of their own: a handler names its reasons at
@@ -115,6 +118,7 @@ impl Default for Telemetry {
             unsafe_mode: Gauge::default(),
             unsafe_switches: Mutex::new(Vec::new()),
             rejection_labels: Mutex::new(std::collections::BTreeSet::new()),
+            stalls: stall::Stalls::default(),
         }
     }
 }
@@ -346,6 +350,7 @@ impl Telemetry {
         );
         self.register_histograms(&mut r);
         self.register_gauges(&mut r);
+        self.stalls.register(&mut r);
         r
     }
 

@@ -2,9 +2,11 @@
 //!
 //! Invariant (the one this module exists to keep): an offset is stored only after the database
 //! transaction covering every record before it has committed. A batch that fails transiently is
-//! retried with backoff; a batch the handler fails for a non-transient reason is bisected to
-//! dead-letter the poison messages (module `poison`); a batch that cannot commit otherwise stops
-//! the worker without storing anything, so Kafka redelivers it.
+//! retried with backoff; a batch that fails for the message's fault ([`Fault::Message`]) is
+//! bisected to dead-letter the poison messages (module `poison`); a batch that fails for the
+//! environment's fault ([`Fault::Environment`]: a missing table, a revoked grant) stalls the
+//! partition: it is retried with capped backoff until it commits, and nothing is dead-lettered,
+//! committed or stored meanwhile.
 //!
 //! The worker knows no Kafka type: it reads [`Input`]s from any stream and stores offsets through
 //! an [`OffsetSink`], so tests drive it with channels and paused time.
@@ -19,7 +21,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::batcher::{Batch, Batcher, BatcherSettings, Batching};
-use crate::error::{InboxError, RunError};
+use crate::error::{Fault, InboxError, RunError};
 use crate::failpoint::failpoint;
 use crate::handler::Handler;
 use crate::inbox::{Inbox, Mode, TxOutcome};
@@ -341,26 +343,61 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         Fut: std::future::Future<Output = Result<TxOutcome, InboxError>>,
     {
         let mut failures = 0u32;
+        let stalls = &self.stats.telemetry.stalls;
+        // Whether this batch stalled: a stall begins and ends within one call.
+        let mut stalled = false;
+        let resume = |stalled: bool| {
+            if stalled {
+                stalls.resumed(&self.topic, self.partition);
+            }
+        };
         loop {
             let error = match attempt().await {
-                Ok(outcome) => return Ok(Attempt::Committed(outcome)),
-                Err(e) if e.is_retryable() => e,
-                Err(e) => return Ok(Attempt::Failed(e)),
+                Ok(outcome) => {
+                    resume(stalled);
+                    return Ok(Attempt::Committed(outcome));
+                }
+                Err(e) if e.fault() == Fault::Message => {
+                    resume(stalled);
+                    return Ok(Attempt::Failed(e));
+                }
+                Err(e) => e,
             };
             failures += 1;
-            self.stats.record_retry();
             let delay = self.settings.retry.delay(failures);
-            tracing::warn!(
-                topic = %self.topic, partition = self.partition, offset = first_offset,
-                attempt = failures, retry_in_ms = delay.as_millis() as u64,
-                "batch failed, will retry: {error}"
-            );
+            if error.fault() == Fault::Environment {
+                // Not the message's fault: nothing is committed, dead-lettered or stored; the
+                // batch waits, retried, until the operator fixes the cause. Statements are
+                // prepared again (a cached plan whose result type changed, 0A000, never clears
+                // on the statement that saw it).
+                let sqlstate = error.sqlstate().unwrap_or("none");
+                stalled = true;
+                stalls.retrying(&self.topic, self.partition, sqlstate);
+                self.inbox.forget_prepared_statements();
+                tracing::warn!(
+                    topic = %self.topic, partition = self.partition, offset = first_offset,
+                    sqlstate, attempt = failures, retry_in_ms = delay.as_millis() as u64,
+                    "partition stalled, not the message's fault (nothing dead-lettered), \
+                     will retry: {}", poison::describe(&error)
+                );
+            } else {
+                self.stats.record_retry();
+                tracing::warn!(
+                    topic = %self.topic, partition = self.partition, offset = first_offset,
+                    attempt = failures, retry_in_ms = delay.as_millis() as u64,
+                    "batch failed, will retry: {error}"
+                );
+            }
             if stopping || stop.is_cancelled() {
                 // Shutting down while the database fails: leave the batch for redelivery.
+                resume(stalled);
                 return Ok(Attempt::Abandoned);
             }
             tokio::select! {
-                _ = stop.cancelled() => return Ok(Attempt::Abandoned),
+                _ = stop.cancelled() => {
+                    resume(stalled);
+                    return Ok(Attempt::Abandoned);
+                }
                 _ = tokio::time::sleep(delay) => {}
             }
         }

@@ -31,11 +31,9 @@ pub(super) async fn apply_without_inbox<H: Handler>(
     }
     let rejections = handler.handle(&tx, &batch.messages).await?;
     let mut letters = batch.dead_letters.clone();
-    letters.extend(
-        rejections
-            .iter()
-            .filter_map(|r| rejected_letter(&batch.messages, r)),
-    );
+    for r in &rejections {
+        letters.push(rejected_letter(&batch.messages, r)?);
+    }
     let written = dead_letter::insert(&tx, topic, partition, &letters, rows)
         .await
         .map_err(InboxError::DeadLetters)?;

@@ -4,9 +4,9 @@
 //! Invariants: a result without both columns is ignored; a row never crashes the batch by its
 //! content: a reason that is not a valid name ([`RejectReason::new`]) dead-letters its message as
 //! `handler_error` with the reason quoted in the detail. Only a row that names no message of the
-//! statement's input (NULL, not a UUID, another id) fails the batch, as a handler error that
-//! retrying cannot fix: the worker bisects the batch down to the message whose input makes the
-//! statement return it, and dead-letters that message as `handler_error`.
+//! statement's input (NULL, not a UUID, another id) fails the batch: the statement is wrong, not
+//! a message, so it is the environment's fault and the partition stalls (nothing committed or
+//! dead-lettered) until the process runs a fixed statement.
 
 use std::collections::HashMap;
 

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use tokio_util::sync::CancellationToken;
 
 use super::{first_offset, Attempt, BatchClock, OffsetSink, PartitionWorker};
-use crate::error::{InboxError, RunError};
+use crate::error::{Fault, InboxError, RunError};
 use crate::handler::Handler;
 use crate::inbox::last_offset;
 use crate::message::Decoded;
@@ -41,9 +41,9 @@ impl<P> Part<P> {
     }
 }
 
-/// True when `e` says the handler failed on the data, not on the database: bisecting helps.
+/// True when `e` is the message's fault (the batch's data): bisecting can isolate it.
 pub(super) fn is_poison(e: &InboxError) -> bool {
-    matches!(e, InboxError::Handler(h) if !h.is_retryable())
+    e.fault() == Fault::Message
 }
 
 /// Splits a part in two halves of its messages; each undecodable record goes with the half
@@ -165,12 +165,16 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
 }
 
 /// An error with its chain of causes (a database error's text is in its source).
-fn describe(error: &InboxError) -> String {
+pub(super) fn describe(error: &InboxError) -> String {
     let mut text = error.to_string();
     let mut cause = std::error::Error::source(error);
     while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
+        // A wrapper that displays its cause (thiserror's `{0}` with `#[from]`) is not repeated.
+        let c_text = c.to_string();
+        if !text.ends_with(&c_text) {
+            text.push_str(": ");
+            text.push_str(&c_text);
+        }
         cause = c.source();
     }
     text

@@ -34,6 +34,7 @@ mod retention;
 mod retry;
 mod secrets;
 mod sql_handler;
+mod stalls;
 mod statements;
 mod topic_retention;
 mod unsafe_settings;

@@ -1,0 +1,189 @@
+//! A failure that is not the message's fault stalls the partition instead of dead-lettering its
+//! messages: the operator renames the ledger's table away, or revokes the processor's grants,
+//! while records wait; the binary (through Apache Kafka) commits, dead-letters and stores
+//! nothing, says so on `/readyz` and in `batch_inbox_stalled`, and once the cause is fixed it
+//! resumes by itself: the database then equals the model, with no dead letter beyond the
+//! input's own bad records and overdrafts.
+
+use crate::common;
+use crate::common::broker::Broker;
+use crate::common::child::Running;
+use crate::common::group::OffsetReader;
+use crate::common::http;
+use std::time::Duration;
+
+use batch_inbox_tools::generate::{generate, GeneratorSettings};
+use batch_inbox_tools::verify::{differences, observe};
+use common::*;
+use deadpool_postgres::Pool;
+
+/// A role without superuser rights for the processor, with the grants `migrate` would need.
+const APP_ROLE: &str = "bi_stall_app";
+
+async fn count(pool: &Pool, sql: &str) -> i64 {
+    pool.get()
+        .await
+        .unwrap()
+        .query_one(sql, &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+async fn exec(pool: &Pool, sql: &str) {
+    pool.get().await.unwrap().batch_execute(sql).await.unwrap();
+}
+
+/// `batch_inbox_stall_retries_total{sqlstate="S"}` in a /metrics text.
+fn stall_retries(metrics: &str, sqlstate: &str) -> u64 {
+    let key = format!("batch_inbox_stall_retries_total{{sqlstate=\"{sqlstate}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&key)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Breaks the database with `break_sql`, lets the binary stall on `sqlstate` for a few retries,
+/// fixes it with `fix_sql` and checks the outcome. `as_app`: the binary connects as
+/// [`APP_ROLE`].
+async fn stalls_then_resumes(
+    name: &str,
+    break_sql: &str,
+    fix_sql: &str,
+    sqlstate: &str,
+    as_app: bool,
+) {
+    let broker = Broker::start();
+    let (url, pool) = fresh_db(name).await;
+    let topic = broker.topic(name);
+    let group = Broker::group(&topic, "g");
+    batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 2)
+        .await
+        .unwrap();
+    let (records, expected) = generate(GeneratorSettings {
+        messages: 3_000,
+        accounts: 50,
+        duplicate_ratio: 0.1,
+        bad_ratio: 0.01,
+        seed: 19,
+        ..GeneratorSettings::default()
+    });
+    let run_url = if as_app {
+        exec(
+            &pool,
+            &format!(
+                "DO $$ BEGIN CREATE ROLE {APP_ROLE} LOGIN; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$;
+                 GRANT ALL ON ALL TABLES IN SCHEMA public TO {APP_ROLE};
+                 GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {APP_ROLE};
+                 GRANT ALL ON SCHEMA public TO {APP_ROLE}"
+            ),
+        )
+        .await;
+        url.replacen("postgres@", &format!("{APP_ROLE}@"), 1)
+    } else {
+        url.clone()
+    };
+    exec(&pool, break_sql).await;
+    let producer = batch_inbox_tools::produce::producer(&broker.addr, &[]).unwrap();
+    batch_inbox_tools::produce::send_all(&producer, &topic, records)
+        .await
+        .unwrap();
+
+    let args = [
+        "run",
+        "--topic",
+        &topic,
+        "--group",
+        &group,
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--log-interval",
+        "0",
+    ];
+    let env = [
+        ("DATABASE_URL", run_url.as_str()),
+        ("KAFKA_BROKERS", broker.addr.as_str()),
+        ("RUST_LOG", "info,rdkafka=warn"),
+    ];
+    let mut run = Running::spawn(&args, &env);
+    let addr = run.metrics_addr().await;
+    let body = http::poll(
+        Duration::from_secs(90),
+        "/readyz to say stalled",
+        || async {
+            let (status, body) = http::get(addr, "/readyz").await;
+            (status == 503 && body.contains("stalled")).then_some(body)
+        },
+    )
+    .await;
+    assert!(body.contains(&format!("SQLSTATE {sqlstate}")), "{body}");
+    http::poll(Duration::from_secs(90), "three stalled retries", || async {
+        let (_, metrics) = http::get(addr, "/metrics").await;
+        (stall_retries(&metrics, sqlstate) >= 3).then_some(())
+    })
+    .await;
+    // Stalled: nothing committed, nothing dead-lettered.
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 0);
+    assert_eq!(count(&pool, "SELECT count(*) FROM dead_letters").await, 0);
+    let (_, metrics) = http::get(addr, "/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("batch_inbox_stalled{") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+
+    exec(&pool, fix_sql).await;
+    let offsets = OffsetReader::new(&broker.addr, &group, &topic, 2);
+    let ends = offsets.ends();
+    http::poll(
+        Duration::from_secs(120),
+        "the group to commit the topic",
+        || async { offsets.committed().is_some_and(|c| c == ends).then_some(()) },
+    )
+    .await;
+    let (status, body) = http::get(addr, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    let (_, metrics) = http::get(addr, "/metrics").await;
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("batch_inbox_stalled{") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    let finished = run.stop().await;
+    assert_eq!(finished.code, Some(0), "{}", finished.stderr);
+    assert!(
+        finished
+            .stderr
+            .contains("partition stalled, not the message's fault"),
+        "{}",
+        finished.stderr
+    );
+    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
+    assert_eq!(differences(&observed, &expected), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_renamed_away_stalls_and_resumes_without_a_dead_letter() {
+    stalls_then_resumes(
+        "stall_rename",
+        "ALTER TABLE balances RENAME TO balances_away",
+        "ALTER TABLE balances_away RENAME TO balances",
+        "42P01",
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_grant_stalls_and_resumes_without_a_dead_letter() {
+    stalls_then_resumes(
+        "stall_revoke",
+        &format!("REVOKE INSERT, UPDATE ON balances FROM {APP_ROLE}"),
+        &format!("GRANT INSERT, UPDATE ON balances TO {APP_ROLE}"),
+        "42501",
+        true,
+    )
+    .await;
+}
