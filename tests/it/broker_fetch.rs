@@ -3,8 +3,8 @@
 //! committed offset, or re-fetching after a rebalance, asks for such offsets).
 //!
 //! librdkafka's mock cluster keeps it (the first test), and so must the broker the end-to-end,
-//! load and chaos runs use (the second: a nisshi process, or `KAFKA_BROKERS=host:port` for any
-//! other broker). tansu 0.6, nisshi's predecessor, did not: a fetch that started inside a batch
+//! load and chaos runs use (the second: Apache Kafka from `scripts/test.sh`, or
+//! `KAFKA_BROKERS=host:port` for any other broker). tansu 0.6 did not: a fetch that started inside a batch
 //! returned the next batch, so the rest of the containing batch was skipped, and the chaos run
 //! lost records. This test is how a broker is checked before it is trusted with the chaos run.
 

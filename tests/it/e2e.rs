@@ -1,4 +1,4 @@
-//! The `batch-inbox` binary as a separate process against a real broker process (nisshi).
+//! The `batch-inbox` binary as a separate process against a real broker (Apache Kafka).
 
 use crate::common;
 use crate::common::broker;

@@ -2,7 +2,7 @@
 //! value, header names and header values (NUL, invalid UTF-8, empty and null values, thousands of
 //! headers, more than librdkafka parses, duplicate id headers, nil and max UUIDs, values above the
 //! batch byte limit, producer timestamps at the epoch) with the ledger generator's records, in the same
-//! partitions, through a nisshi broker. The processor must drain the topic without an error, and
+//! partitions, through a real broker (Apache Kafka). The processor must drain the topic without an error, and
 //! every Kafka position must be accounted for exactly once: a dead letter with the reason the
 //! input rules give, an inbox row (a new id), or nothing (a valid duplicate), as the model says;
 //! the balances must equal the model's. `HOSTILE_SEED` picks another seed.

@@ -1,4 +1,4 @@
-//! Single records whose bytes once stopped the processor, sent through a real broker (nisshi) by
+//! Single records whose bytes once stopped the processor, sent through a real broker by
 //! a producer that writes any bytes: each is dead-lettered, the records around it are applied,
 //! and the partition moves on. Also: a record larger than the batch byte limit is applied alone.
 

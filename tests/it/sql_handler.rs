@@ -1,5 +1,5 @@
 //! `run --handler sql --apply-sql FILE`: the examples of examples/sql/ through the binary against a
-//! nisshi broker (or `KAFKA_BROKERS`), each on a fresh database. Duplicates inside and across
+//! broker (Apache Kafka, `KAFKA_BROKERS`), each on a fresh database. Duplicates inside and across
 //! batches are applied once, rejections and failing messages are dead-lettered exactly, and a
 //! statement that cannot run ends the process before anything is consumed. Crashes between
 //! COMMIT and the offset store: module `crash` (failpoints builds).

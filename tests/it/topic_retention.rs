@@ -1,5 +1,5 @@
-//! `run --retention` reads the topic's `retention.ms` from a real broker (nisshi) through the
-//! standard admin API and compares it with the inbox retention.
+//! `run --retention` reads the topic's `retention.ms` from a real broker (Apache Kafka in
+//! `scripts/test.sh`) through the standard admin API and compares it with the inbox retention.
 
 use crate::common::broker;
 use std::time::Duration;
