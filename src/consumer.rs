@@ -99,6 +99,12 @@ impl KafkaSettings {
             // throughput.
             .set("queued.min.messages", "10000")
             .set("queued.max.messages.kbytes", "8192")
+            // Once a partition's local queue reaches those bounds, librdkafka stops fetching it
+            // for fetch.queue.backoff.ms, 1 s by default: against Apache Kafka the workers then
+            // ran dry for most of each second. Measured on a 1M backlog (one Kafka 4.4 node):
+            // consume-only 7.8 s at the default, 1.5 s at 0; the ledger at batch 1000, 10.9 s
+            // at the default, 5.7 s at 10 ms, memory unchanged (the bounds still hold).
+            .set("fetch.queue.backoff.ms", "10")
             .set("fetch.max.bytes", "2097152")
             // A broker holds an empty fetch this long: it bounds the latency of a record that
             // arrives on an idle partition (Kafka answers early once data is there; some

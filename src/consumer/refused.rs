@@ -160,6 +160,13 @@ mod tests {
     }
 
     #[test]
+    fn a_full_partition_queue_is_fetched_again_within_10_ms() {
+        let c = settings(&[]).client_config();
+        assert_eq!(c.get("fetch.queue.backoff.ms"), Some("10"));
+        assert_eq!(c.get("queued.min.messages"), Some("10000"));
+    }
+
+    #[test]
     fn the_consumer_group_protocol_gets_no_classic_assignor() {
         let classic = settings(&[]).client_config();
         assert_eq!(
