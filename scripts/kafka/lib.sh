@@ -129,6 +129,9 @@ group.consumer.session.timeout.ms=10000
 group.consumer.min.heartbeat.interval.ms=200
 group.consumer.heartbeat.interval.ms=1000
 log.segment.bytes=67108864
+# No time retention: tests send records with old timestamps on purpose (2001, 2025), which the
+# default 7 days would delete within log.retention.check.interval.ms.
+log.retention.ms=-1
 log.retention.check.interval.ms=5000
 EOF
 }

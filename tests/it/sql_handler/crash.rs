@@ -100,7 +100,9 @@ async fn crash_then_restart(
     let distinct = firsts(records).len() as i64;
     assert!(
         counters[0] > rest.len() as u64,
-        "the batch committed before the crash is delivered again: {counters:?}"
+        "the batch committed before the crash is delivered again: {counters:?}\n{}\n{}",
+        restart.stdout,
+        restart.stderr
     );
     assert_eq!(
         counters[1] as i64,
