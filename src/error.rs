@@ -153,8 +153,8 @@ impl InboxError {
     }
 
     /// Whose fault it is ([`Fault`]). A statement of the transaction or its COMMIT (a deferred
-    /// constraint of the user's) is classified by SQLSTATE, except that a unique violation there
-    /// is taken for a concurrent copy of an id, and the transaction runs again. Connecting and
+    /// constraint of the user's) is classified by SQLSTATE: the inbox's insert skips a concurrent
+    /// copy of an id without an error, so a unique violation is always the data's. Connecting and
     /// the dead-letter insert (which falls back to a minimal row on bad data) fail for the
     /// environment or transiently, never for a message.
     pub fn fault(&self) -> Fault {
@@ -168,7 +168,6 @@ impl InboxError {
                 Fault::Environment
             }
             InboxError::Pool(_) => Fault::Transient,
-            InboxError::Db(_) if self.is_concurrent_insert() => Fault::Transient,
             InboxError::Db(e) => classify_db(e),
             InboxError::DeadLetters(e) => environment_unless_transient(e),
             InboxError::Handler(e) => e.fault(),
@@ -184,13 +183,6 @@ impl InboxError {
             InboxError::Handler(h) => h.sqlstate(),
             InboxError::Pool(_) => None,
         }
-    }
-
-    /// Whether the inbox's own insert met an id that a concurrent transaction committed after
-    /// this transaction's snapshot (a unique violation: the inbox's statements conflict on no
-    /// other key). Run again, the transaction sees that id as a duplicate.
-    pub fn is_concurrent_insert(&self) -> bool {
-        matches!(self, InboxError::Db(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION))
     }
 }
 

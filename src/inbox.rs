@@ -2,9 +2,9 @@
 //!
 //! Batched (the product): per batch, in one transaction,
 //! 1. later copies of an id inside the batch are dropped (first occurrence wins);
-//! 2. one statement inserts every id the inbox does not have yet (`INSERT … WHERE NOT EXISTS …
-//!    RETURNING message_id`), which names the ids that are new; an id that a concurrent
-//!    transaction commits meanwhile fails it, and the transaction runs again at once;
+//! 2. one statement inserts the batch's ids (`INSERT … SELECT unnest($1::uuid[]) … ON CONFLICT
+//!    (message_id) DO NOTHING RETURNING message_id`), which names the ids that are new; an id
+//!    that a concurrent transaction holds is waited for, then skipped if it committed;
 //! 3. the handler gets the new messages only, and the same transaction;
 //! 4. one statement records the batch's dead letters (bad input and rejections);
 //! 5. COMMIT.
@@ -143,22 +143,16 @@ impl<H: Handler> Inbox<H> {
         batch: &Decoded<H::Payload>,
         rows: RowForm<'_>,
     ) -> Result<TxOutcome, InboxError> {
+        let mut client = self.pool.get().await?;
         let (handler, target) = (self.handler.as_ref(), self.target(batch));
         let at = (topic, partition);
-        let mut attempt = 1;
-        loop {
-            let mut client = self.pool.get().await?;
-            let result = match self.unsafe_controls.no_inbox() {
-                #[cfg(feature = "unsafe-controls")]
-                true => apply_without_inbox(&mut client, handler, at, batch, target, rows).await,
-                _ => apply_batch(&mut client, handler, at, batch, target, rows).await,
-            };
-            discard_if_broken(client, &result);
-            match result {
-                Err(e) if again_after_concurrent_insert(&e, &mut attempt) => {}
-                result => return result,
-            }
-        }
+        let result = match self.unsafe_controls.no_inbox() {
+            #[cfg(feature = "unsafe-controls")]
+            true => apply_without_inbox(&mut client, handler, at, batch, target, rows).await,
+            _ => apply_batch(&mut client, handler, at, batch, target, rows).await,
+        };
+        discard_if_broken(client, &result);
+        result
     }
 
     /// [`Inbox::apply_one`] with dead-letter rows of `rows` (module `refused`).
@@ -190,34 +184,20 @@ impl<H: Handler> Inbox<H> {
         error: &str,
         rows: RowForm<'_>,
     ) -> Result<TxOutcome, InboxError> {
+        let mut client = self.pool.get().await?;
         let target = self.target(part);
-        let at = (topic, partition);
-        let mut attempt = 1;
-        loop {
-            let mut client = self.pool.get().await?;
-            let result =
-                variants::dead_letter_poison(&mut client, at, part, error, target, rows).await;
-            discard_if_broken(client, &result);
-            match result {
-                Err(e) if again_after_concurrent_insert(&e, &mut attempt) => {}
-                result => return result,
-            }
-        }
+        let result = variants::dead_letter_poison(
+            &mut client,
+            (topic, partition),
+            part,
+            error,
+            target,
+            rows,
+        )
+        .await;
+        discard_if_broken(client, &result);
+        result
     }
-}
-
-/// Attempts of a transaction whose inbox insert keeps meeting ids that concurrent transactions
-/// committed after its snapshot; then the error goes to the caller (it is retryable).
-const CONCURRENT_INSERT_ATTEMPTS: u32 = 5;
-
-/// Whether to run a transaction that failed with `error` again at once: its inbox insert met an
-/// id a concurrent transaction committed, which the next attempt sees as a duplicate.
-fn again_after_concurrent_insert(error: &InboxError, attempt: &mut u32) -> bool {
-    if !error.is_concurrent_insert() || *attempt >= CONCURRENT_INSERT_ATTEMPTS {
-        return false;
-    }
-    *attempt += 1;
-    true
 }
 
 /// Takes a connection whose transaction failed in a way that may have broken it (closed, or

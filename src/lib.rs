@@ -7,7 +7,7 @@
 //!            ─► batcher (per partition: size / bytes / linger)
 //!            ─► decoder (id header → UUID, value → payload; bad → dead letter)
 //!            ─► inbox transaction, one per batch:
-//!                 in-batch dedup · INSERT … unnest … WHERE NOT EXISTS … RETURNING
+//!                 in-batch dedup · INSERT … unnest … ON CONFLICT DO NOTHING RETURNING
 //!                 · handler(tx, new messages only) · dead letters
 //!                 · the partition's next offset (consumer_offsets) · COMMIT
 //!            ─► offset store (only after COMMIT) ─► Kafka offset commit

@@ -77,9 +77,21 @@ async fn run(
     poison: &[i64],
     bad: &[i64],
 ) -> (StatsSnapshot, Vec<i64>) {
-    let handler = Arc::new(PoisonLedger {
+    let handler = PoisonLedger {
         poison: poison.iter().map(|o| id(*o)).collect(),
-    });
+    };
+    run_with(pool, handler, mode, n, bad).await
+}
+
+/// [`run`] with any handler of ledger entries.
+async fn run_with<H: Handler<Payload = Entry>>(
+    pool: &Pool,
+    handler: H,
+    mode: Mode,
+    n: i64,
+    bad: &[i64],
+) -> (StatsSnapshot, Vec<i64>) {
+    let handler = Arc::new(handler);
     let sink = Arc::new(Recorded::default());
     let stats = Arc::new(Stats::default());
     let settings = worker_settings(mode, n as usize, 1usize << 20);
@@ -228,5 +240,69 @@ async fn the_per_message_baseline_dead_letters_a_poison_message_the_same_way() {
         "one failed attempt; nine applied and one dead letter"
     );
     assert_eq!(stored, (1..=10).collect::<Vec<i64>>());
+    assert_eq!(next, 10);
+}
+
+/// The ledger, also claiming each message's account in `claims`, whose unique key is checked
+/// only at COMMIT (`DEFERRABLE INITIALLY DEFERRED`): a second message for an account fails the
+/// transaction's COMMIT with 23505.
+struct ClaimingLedger;
+
+impl Handler for ClaimingLedger {
+    type Payload = Entry;
+
+    async fn handle(
+        &self,
+        tx: &Transaction<'_>,
+        messages: &[Message<Entry>],
+    ) -> Result<Vec<Rejection>, HandlerError> {
+        let accounts: Vec<i64> = messages.iter().map(|m| m.payload.account_id).collect();
+        tx.execute(
+            "INSERT INTO claims SELECT unnest($1::bigint[])",
+            &[&accounts],
+        )
+        .await?;
+        Ledger.handle(tx, messages).await
+    }
+}
+
+/// A unique violation raised at COMMIT by a deferred constraint of the user's is the data's fault:
+/// it is bisected to the messages that break it and dead-letters them, like any integrity
+/// violation, instead of being taken for a concurrent copy of an inbox id and retried forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_unique_violation_at_commit_dead_letters_the_messages_that_break_it() {
+    let (_, pool) = fresh_db("poison_deferred").await;
+    pool.get()
+        .await
+        .unwrap()
+        .batch_execute(
+            "CREATE TABLE claims (account bigint,
+               CONSTRAINT claims_once UNIQUE (account) DEFERRABLE INITIALLY DEFERRED)",
+        )
+        .await
+        .unwrap();
+    // Accounts are offset % 5: offsets 5..9 claim accounts that 0..4 claimed.
+    let (_, stored) = run_with(&pool, ClaimingLedger, Mode::Batched, 10, &[]).await;
+    let (balances, inbox, letters, next) = state(&pool).await;
+
+    let breaking = [5, 6, 7, 8, 9];
+    assert_eq!(balances, expected_balances(10, &breaking));
+    assert_eq!(inbox, 10);
+    let offsets: Vec<i64> = letters.iter().map(|(o, _, _)| *o).collect();
+    assert_eq!(offsets, breaking);
+    for (offset, reason, detail) in &letters {
+        assert_eq!(reason, "handler_error", "{offset}");
+        assert!(detail.contains("claims_once"), "{offset}: {detail}");
+    }
+    let claims: i64 = pool
+        .get()
+        .await
+        .unwrap()
+        .query_one("SELECT count(*) FROM claims", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(claims, 5);
+    assert_strictly_increasing(&stored, 10);
     assert_eq!(next, 10);
 }
