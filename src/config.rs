@@ -15,7 +15,7 @@ use crate::inbox::Mode;
 use crate::logging::LogFormat;
 use crate::processor::ProcessorConfig;
 use crate::secret::{DatabaseUrl, RedactedProperties};
-use crate::worker::{RetryPolicy, WorkerSettings};
+use crate::worker::{MaxPoisonRate, RetryPolicy, WorkerSettings};
 
 mod retention;
 
@@ -128,6 +128,27 @@ pub struct PipelineArgs {
     /// Header that carries the message id (a UUID); CloudEvents users pass `ce_id`.
     #[arg(long, env = "BATCH_INBOX_ID_HEADER", default_value = defaults::ID_HEADER)]
     pub id_header: String,
+    /// At most N poison dead letters per partition within DURATION (`20/1m`, `5/10s`); the one
+    /// that would exceed it is not dead-lettered: the partition stalls on it until a retry of it
+    /// succeeds (or a restart with a higher limit). `off` disables the breaker.
+    #[arg(
+        long,
+        env = "BATCH_INBOX_MAX_POISON_RATE",
+        value_name = "N/DURATION",
+        default_value = defaults::MAX_POISON_RATE
+    )]
+    pub max_poison_rate: MaxPoisonRate,
+    /// Each statement's `statement_timeout` on the processor's connections (`30s`, `500ms`;
+    /// `0`: the server's). A batch that times out 3 times is bisected; a single message that
+    /// still does stalls its partition. The client gives up on a transaction that gets no answer
+    /// within twice this (a black-holed connection).
+    #[arg(
+        long,
+        env = "BATCH_INBOX_STATEMENT_TIMEOUT",
+        default_value = defaults::STATEMENT_TIMEOUT_FLAG,
+        value_parser = crate::logging::parse_interval
+    )]
+    pub statement_timeout: Duration,
 }
 
 /// `run` flags.
@@ -294,6 +315,7 @@ impl PipelineArgs {
             },
             batching: self.batching,
             retry: RetryPolicy::default(),
+            max_poison_rate: self.max_poison_rate.0,
             unsafe_controls: Default::default(),
         }
     }
@@ -304,6 +326,7 @@ impl PipelineArgs {
         config.worker = self.worker();
         config.id_header = self.id_header.clone();
         config.exit_on_eof = exit_on_eof;
+        config.statement_timeout = Some(self.statement_timeout).filter(|t| !t.is_zero());
         config
     }
 }

@@ -12,6 +12,9 @@
 //! refused ([`refused`]).
 
 pub mod refused;
+mod revoke;
+
+use revoke::wait_for_workers;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -352,29 +355,6 @@ impl GroupContext {
         let workers = self.lock_workers();
         workers.values().all(|w| w.at_eof.load(Ordering::Acquire))
     }
-}
-
-/// Waits, without an async context, for revoked workers (the rebalance callback is synchronous).
-fn wait_for_workers(workers: Vec<WorkerHandle>, timeout: Duration) {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
-        // Blocking a current-thread runtime would deadlock: the workers could not run.
-        tracing::warn!("revoke does not wait for workers on a current-thread runtime");
-        return;
-    }
-    tokio::task::block_in_place(|| {
-        rt.block_on(async {
-            for w in workers {
-                let abort = w.join.abort_handle();
-                if tokio::time::timeout(timeout, w.join).await.is_err() {
-                    tracing::warn!("a revoked partition's batch did not finish in time; abandoned");
-                    abort.abort();
-                }
-            }
-        })
-    });
 }
 
 /// Stores, for Kafka's next commit, the explicit start offsets of a new assignment (only the

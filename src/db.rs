@@ -7,7 +7,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Hook, HookError, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
 use crate::error::DbError;
 
@@ -64,30 +64,87 @@ pub const MIGRATIONS: &[Migration] = &[
 /// Arbitrary constant identifying the migration lock among advisory locks.
 const MIGRATION_LOCK: i64 = 0x6261_7463_6869_6e62;
 
+/// How the pool's connections are opened, besides what the URL says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// `statement_timeout` (and `idle_in_transaction_session_timeout`) set on each connection
+    /// when it is opened, one `SET` per connection, none per transaction; `None` leaves the
+    /// server's (or the URL's `options`) in place.
+    pub statement_timeout: Option<Duration>,
+}
+
+/// How long a connection attempt may take (unless the URL says `connect_timeout`).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Idle time before the first TCP keepalive probe, the time between probes, and how many
+/// unanswered probes drop the connection: a dead peer of an idle connection is found in 60 s.
+pub const KEEPALIVE: (Duration, Duration, u32) =
+    (Duration::from_secs(30), Duration::from_secs(10), 3);
+/// How long sent data may stay unacknowledged before the kernel drops the connection
+/// (`TCP_USER_TIMEOUT`; keepalives do not fire while data waits for its acknowledgement).
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Builds a pool of at most `size` connections to `url`. Connects once to fail early.
 pub async fn connect(url: &str, size: usize) -> Result<Pool, DbError> {
+    connect_with(url, size, ConnectOptions::default()).await
+}
+
+/// [`connect`] with `options`. Every connection gets TCP keepalives ([`KEEPALIVE`]), a
+/// [`TCP_USER_TIMEOUT`] and a [`CONNECT_TIMEOUT`], unless the URL sets its own.
+pub async fn connect_with(
+    url: &str,
+    size: usize,
+    options: ConnectOptions,
+) -> Result<Pool, DbError> {
     let mut config = tokio_postgres::Config::from_str(url).map_err(|e| url_error(&e))?;
     if config.get_connect_timeout().is_none() {
-        config.connect_timeout(Duration::from_secs(5));
+        config.connect_timeout(CONNECT_TIMEOUT);
     }
     if config.get_application_name().is_none() {
         config.application_name("batch-inbox");
     }
+    set_tcp_timeouts(&mut config);
     let manager = crate::db_tls::manager(
         config,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
     )?;
-    let pool = Pool::builder(manager)
+    let mut builder = Pool::builder(manager)
         .max_size(size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(Duration::from_secs(30)))
-        .create_timeout(Some(Duration::from_secs(10)))
-        .build()
-        .map_err(|e| DbError::Build(e.to_string()))?;
+        .create_timeout(Some(Duration::from_secs(10)));
+    if let Some(timeout) = options.statement_timeout.filter(|t| !t.is_zero()) {
+        let set = format!(
+            "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}",
+            ms = timeout.as_millis()
+        );
+        builder = builder.post_create(Hook::async_fn(move |client, _| {
+            let set = set.clone();
+            Box::pin(async move { client.batch_execute(&set).await.map_err(HookError::Backend) })
+        }));
+    }
+    let pool = builder.build().map_err(|e| DbError::Build(e.to_string()))?;
     drop(pool.get().await?);
     Ok(pool)
+}
+
+/// Keepalives and `TCP_USER_TIMEOUT`, where the URL does not set them (libpq's names:
+/// `keepalives_idle`, `keepalives_interval`, `keepalives_retries`, `tcp_user_timeout`; an idle
+/// time of two hours is the driver's default, taken for unset).
+fn set_tcp_timeouts(config: &mut tokio_postgres::Config) {
+    if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config.keepalives_idle(KEEPALIVE.0);
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(KEEPALIVE.1);
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(KEEPALIVE.2);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
 }
 
 /// Why `url` does not parse: the driver's reason (`invalid value for option `port``), without the

@@ -143,6 +143,11 @@ pub enum InboxError {
     /// The handler failed; the batch was rolled back.
     #[error(transparent)]
     Handler(#[from] HandlerError),
+    /// The database did not answer the transaction within its deadline (twice the statement
+    /// timeout: a black-holed connection); the connection was dropped. The outcome of a COMMIT
+    /// in flight is unknown, which the inbox makes safe to retry.
+    #[error("no answer from the database within {} ms: connection dropped", .0.as_millis())]
+    TimedOut(std::time::Duration),
 }
 
 impl InboxError {
@@ -171,7 +176,17 @@ impl InboxError {
             InboxError::Db(e) => classify_db(e),
             InboxError::DeadLetters(e) => environment_unless_transient(e),
             InboxError::Handler(e) => e.fault(),
+            InboxError::TimedOut(_) => Fault::Transient,
         }
+    }
+
+    /// Whether the transaction ran out of time: a statement cancelled by `statement_timeout`
+    /// (57014, also a cancel by an operator) or no answer within the client's deadline. Retried;
+    /// a batch that keeps timing out is bisected, and a single message that still does stalls
+    /// its partition (a slow database is not the message's fault).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, InboxError::TimedOut(_))
+            || self.sqlstate() == Some(SqlState::QUERY_CANCELED.code())
     }
 
     /// The SQLSTATE of the database error behind it, if any (for logs and metric labels).
@@ -181,7 +196,7 @@ impl InboxError {
             | InboxError::Db(e)
             | InboxError::DeadLetters(e) => e.code().map(SqlState::code),
             InboxError::Handler(h) => h.sqlstate(),
-            InboxError::Pool(_) => None,
+            InboxError::Pool(_) | InboxError::TimedOut(_) => None,
         }
     }
 }
@@ -195,6 +210,7 @@ impl InboxError {
             InboxError::Db(e)
             | InboxError::DeadLetters(e)
             | InboxError::Handler(HandlerError::Db(e)) => e,
+            InboxError::TimedOut(_) => return true,
             InboxError::Pool(_)
             | InboxError::Handler(
                 HandlerError::Other(_) | HandlerError::Message(_) | HandlerError::Environment(_),

@@ -67,13 +67,41 @@ pub struct Inbox<H: Handler> {
     offsets_group: Option<Arc<str>>,
     unsafe_controls: UnsafeControls,
     dedup_window: Option<Duration>,
+    deadline: Option<Duration>,
 }
 
 impl<H: Handler> Inbox<H> {
-    /// Drops every pooled connection's prepared statements, so that the next transactions
-    /// prepare theirs again (and the SQL handler checks its statement's result columns again).
-    pub fn forget_prepared_statements(&self) {
-        self.pool.manager().statement_caches.clear();
+    /// Closes every idle pooled connection, so that the next transactions open new sessions:
+    /// they prepare their statements again (a cached plan whose result type changed, 0A000,
+    /// never clears on the statement that saw it; the SQL handler checks its statement's result
+    /// columns again) and take the database's and role's settings again (a
+    /// `default_transaction_read_only` switched off, 25006).
+    pub fn reset_connections(&self) {
+        drop(self.pool.retain(|_, _| false));
+    }
+
+    /// Gives up on a transaction the database has not answered within twice `timeout` (the
+    /// statement timeout of the pool's connections, [`crate::db::ConnectOptions`]): a
+    /// black-holed connection, which TCP alone may take minutes to notice behind a proxy.
+    /// `None` or zero: no deadline.
+    pub fn with_statement_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.deadline = timeout
+            .filter(|t| !t.is_zero())
+            .map(|t| t.saturating_mul(2));
+        self
+    }
+
+    /// Runs `transaction` within the deadline ([`Inbox::with_statement_timeout`]).
+    async fn bounded<T>(
+        &self,
+        transaction: impl std::future::Future<Output = Result<T, InboxError>>,
+    ) -> Result<T, InboxError> {
+        match self.deadline {
+            Some(d) => tokio::time::timeout(d, transaction)
+                .await
+                .unwrap_or(Err(InboxError::TimedOut(d))),
+            None => transaction.await,
+        }
     }
 
     /// An inbox over `pool`, reading ids from header `id_header`.
@@ -85,6 +113,7 @@ impl<H: Handler> Inbox<H> {
             offsets_group: None,
             unsafe_controls: UnsafeControls::default(),
             dedup_window: None,
+            deadline: None,
         }
     }
 
@@ -146,11 +175,17 @@ impl<H: Handler> Inbox<H> {
         let mut client = self.pool.get().await?;
         let (handler, target) = (self.handler.as_ref(), self.target(batch));
         let at = (topic, partition);
-        let result = match self.unsafe_controls.no_inbox() {
-            #[cfg(feature = "unsafe-controls")]
-            true => apply_without_inbox(&mut client, handler, at, batch, target, rows).await,
-            _ => apply_batch(&mut client, handler, at, batch, target, rows).await,
-        };
+        let result = self
+            .bounded(async {
+                match self.unsafe_controls.no_inbox() {
+                    #[cfg(feature = "unsafe-controls")]
+                    true => {
+                        apply_without_inbox(&mut client, handler, at, batch, target, rows).await
+                    }
+                    _ => apply_batch(&mut client, handler, at, batch, target, rows).await,
+                }
+            })
+            .await;
         discard_if_broken(client, &result);
         result
     }
@@ -166,11 +201,17 @@ impl<H: Handler> Inbox<H> {
         let mut client = self.pool.get().await?;
         let (handler, target) = (self.handler.as_ref(), self.target(record));
         let at = (topic, partition);
-        let result = match self.unsafe_controls.no_inbox() {
-            #[cfg(feature = "unsafe-controls")]
-            true => apply_without_inbox(&mut client, handler, at, record, target, rows).await,
-            _ => apply_one(&mut client, handler, at, record, target, rows).await,
-        };
+        let result = self
+            .bounded(async {
+                match self.unsafe_controls.no_inbox() {
+                    #[cfg(feature = "unsafe-controls")]
+                    true => {
+                        apply_without_inbox(&mut client, handler, at, record, target, rows).await
+                    }
+                    _ => apply_one(&mut client, handler, at, record, target, rows).await,
+                }
+            })
+            .await;
         discard_if_broken(client, &result);
         result
     }

@@ -134,7 +134,15 @@ async fn start_maintenance(
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let pool = db::connect(args.db.database_url.expose(), args.pipeline.pool_size.get()).await?;
+    let options = db::ConnectOptions {
+        statement_timeout: Some(args.pipeline.statement_timeout).filter(|t| !t.is_zero()),
+    };
+    let pool = db::connect_with(
+        args.db.database_url.expose(),
+        args.pipeline.pool_size.get(),
+        options,
+    )
+    .await?;
     db::check_schema(&pool).await?;
     // Before anything else starts: a statement that cannot run ends the process here.
     let sql = match (&args.handler, &args.apply_sql) {

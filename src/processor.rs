@@ -38,6 +38,10 @@ pub struct ProcessorConfig {
     pub revoke_timeout: Duration,
     /// The dedup-window guard: UUIDv7 ids older than this are dead-lettered, not applied.
     pub dedup_window: Option<Duration>,
+    /// The statement timeout of the pool's connections ([`crate::db::ConnectOptions`]): a
+    /// transaction that gets no answer within twice this is given up and its connection
+    /// dropped (`None`: no deadline).
+    pub statement_timeout: Option<Duration>,
     /// Each batch's transaction also stores the partition's next offset in `consumer_offsets`,
     /// and an assigned partition starts there when it is ahead of Kafka's committed offset.
     pub offsets_in_db: bool,
@@ -59,6 +63,7 @@ impl ProcessorConfig {
                 },
                 batching: defaults::BATCHING,
                 retry: crate::worker::RetryPolicy::default(),
+                max_poison_rate: Some(crate::worker::PoisonRate::DEFAULT),
                 unsafe_controls: crate::unsafe_controls::UnsafeControls::default(),
             },
             id_header: defaults::ID_HEADER.to_owned(),
@@ -66,6 +71,7 @@ impl ProcessorConfig {
             revoke_timeout: defaults::REVOKE_TIMEOUT,
             offsets_in_db: defaults::OFFSETS_IN_DB,
             dedup_window: None,
+            statement_timeout: Some(defaults::STATEMENT_TIMEOUT),
         }
     }
 
@@ -108,7 +114,8 @@ pub async fn run_with_stats<H: Handler>(
         Inbox::new(pool.clone(), handler, config.id_header.as_str())
             .with_unsafe_controls(config.worker.unsafe_controls)
             .with_offsets_in_db(config.offsets_in_db.then_some(config.kafka.group.as_str()))
-            .with_dedup_window(config.dedup_window),
+            .with_dedup_window(config.dedup_window)
+            .with_statement_timeout(config.statement_timeout),
     );
     let on_assign = config.offsets_in_db.then(|| {
         let group = Arc::from(config.kafka.group.as_str());

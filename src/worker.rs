@@ -31,10 +31,18 @@ use crate::offsets::OffsetTracker;
 use crate::outcome::BatchSample;
 use crate::stats::Stats;
 
+mod breaker;
 mod poison;
 mod sequence;
 
+use breaker::Breaker;
+pub use breaker::{parse_max_poison_rate, MaxPoisonRate, PoisonRate};
 use sequence::Sequence;
+
+/// Timeouts (57014, or no answer within the deadline) of one batch before it is bisected: a
+/// batch too big for the statement timeout commits in smaller parts; a single message that keeps
+/// timing out stalls its partition instead (a slow database is not the message's fault).
+pub const TIMEOUTS_BEFORE_SPLIT: u32 = 3;
 
 /// What a partition's source yields.
 #[derive(Debug)]
@@ -93,6 +101,8 @@ pub struct WorkerSettings {
     pub batching: Batching,
     /// Retry schedule.
     pub retry: RetryPolicy,
+    /// The poison-rate breaker (`None`: off); module `breaker`.
+    pub max_poison_rate: Option<PoisonRate>,
     /// TEST-ONLY, UNSAFE switches; off (the only value of a normal build).
     pub unsafe_controls: crate::unsafe_controls::UnsafeControls,
 }
@@ -109,6 +119,7 @@ pub struct PartitionWorker<H: Handler, S: OffsetSink> {
     tracker: OffsetTracker,
     batcher: Batcher<Arrived>,
     sequence: Sequence,
+    breaker: Breaker,
     /// An input read while pulling the ready records (natural batching), handled next.
     pending: Option<Option<Input>>,
 }
@@ -143,6 +154,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             tracker: OffsetTracker::default(),
             batcher,
             sequence: Sequence::default(),
+            breaker: Breaker::new(settings.max_poison_rate),
             pending: None,
         }
     }
@@ -320,20 +332,30 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
     ) -> Result<Attempt, RunError> {
         let (inbox, topic, partition) = (&self.inbox, &*self.topic, self.partition);
         let per_message = self.settings.mode == Mode::PerMessage;
-        self.retry(first_offset(part), stop, stopping, || async move {
-            if per_message {
-                inbox.apply_one(topic, partition, part).await
-            } else {
-                inbox.apply_batch(topic, partition, part).await
-            }
-        })
+        let splittable = part.messages.len() > 1;
+        self.retry(
+            first_offset(part),
+            splittable,
+            stop,
+            stopping,
+            || async move {
+                if per_message {
+                    inbox.apply_one(topic, partition, part).await
+                } else {
+                    inbox.apply_batch(topic, partition, part).await
+                }
+            },
+        )
         .await
     }
 
-    /// Runs `attempt` until it commits, retrying transient failures with backoff.
+    /// Runs `attempt` until it commits, retrying transient failures with backoff and stalling
+    /// on the environment's. A `splittable` part (more than one message) that keeps timing out
+    /// is handed back to be bisected; a single message that does stalls.
     async fn retry<F, Fut>(
         &self,
         first_offset: i64,
+        splittable: bool,
         stop: &CancellationToken,
         stopping: bool,
         mut attempt: F,
@@ -342,44 +364,32 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<TxOutcome, InboxError>>,
     {
-        let mut failures = 0u32;
-        let stalls = &self.stats.telemetry.stalls;
+        let (mut failures, mut timeouts) = (0u32, 0u32);
         // Whether this batch stalled: a stall begins and ends within one call.
         let mut stalled = false;
-        let resume = |stalled: bool| {
-            if stalled {
-                stalls.resumed(&self.topic, self.partition);
-            }
-        };
         loop {
             let error = match attempt().await {
                 Ok(outcome) => {
-                    resume(stalled);
+                    self.resume(stalled);
                     return Ok(Attempt::Committed(outcome));
                 }
                 Err(e) if e.fault() == Fault::Message => {
-                    resume(stalled);
+                    self.resume(stalled);
                     return Ok(Attempt::Failed(e));
                 }
                 Err(e) => e,
             };
             failures += 1;
+            timeouts += u32::from(error.is_timeout());
+            let timed_out = timeouts >= TIMEOUTS_BEFORE_SPLIT;
+            if timed_out && splittable {
+                self.resume(stalled);
+                return Ok(Attempt::TimedOut(error));
+            }
             let delay = self.settings.retry.delay(failures);
-            if error.fault() == Fault::Environment {
-                // Not the message's fault: nothing is committed, dead-lettered or stored; the
-                // batch waits, retried, until the operator fixes the cause. Statements are
-                // prepared again (a cached plan whose result type changed, 0A000, never clears
-                // on the statement that saw it).
-                let sqlstate = error.sqlstate().unwrap_or("none");
+            if error.fault() == Fault::Environment || timed_out {
                 stalled = true;
-                stalls.retrying(&self.topic, self.partition, sqlstate);
-                self.inbox.forget_prepared_statements();
-                tracing::warn!(
-                    topic = %self.topic, partition = self.partition, offset = first_offset,
-                    sqlstate, attempt = failures, retry_in_ms = delay.as_millis() as u64,
-                    "partition stalled, not the message's fault (nothing dead-lettered), \
-                     will retry: {}", poison::describe(&error)
-                );
+                self.stalled_retry(&error, first_offset, failures, delay, "");
             } else {
                 self.stats.record_retry();
                 tracing::warn!(
@@ -388,18 +398,62 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                     "batch failed, will retry: {error}"
                 );
             }
-            if stopping || stop.is_cancelled() {
+            if !self.pause(delay, stop, stopping).await {
                 // Shutting down while the database fails: leave the batch for redelivery.
-                resume(stalled);
+                self.resume(stalled);
                 return Ok(Attempt::Abandoned);
             }
-            tokio::select! {
-                _ = stop.cancelled() => {
-                    resume(stalled);
-                    return Ok(Attempt::Abandoned);
-                }
-                _ = tokio::time::sleep(delay) => {}
-            }
+        }
+    }
+
+    /// Records one failed attempt of a stalled partition: not the message's fault, so nothing is
+    /// committed, dead-lettered or stored; the batch waits, retried, until the operator fixes
+    /// the cause, on new sessions (statements prepared again, the database's settings read
+    /// again). `why` says what stalled it when it is not the error's class (the breaker).
+    fn stalled_retry(
+        &self,
+        error: &InboxError,
+        first_offset: i64,
+        attempt: u32,
+        delay: Duration,
+        why: &str,
+    ) {
+        let sqlstate = error.sqlstate().unwrap_or(if error.is_timeout() {
+            "timeout"
+        } else {
+            "none"
+        });
+        self.stats
+            .telemetry
+            .stalls
+            .retrying(&self.topic, self.partition, sqlstate);
+        self.inbox.reset_connections();
+        tracing::warn!(
+            topic = %self.topic, partition = self.partition, offset = first_offset,
+            sqlstate, attempt, retry_in_ms = delay.as_millis() as u64,
+            "partition stalled{why}, not the message's fault (nothing dead-lettered), \
+             will retry: {}", poison::describe(error)
+        );
+    }
+
+    /// Ends this partition's stall, if it `stalled`.
+    fn resume(&self, stalled: bool) {
+        if stalled {
+            self.stats
+                .telemetry
+                .stalls
+                .resumed(&self.topic, self.partition);
+        }
+    }
+
+    /// Waits `delay` before a retry. False when the worker is stopping (now or meanwhile).
+    async fn pause(&self, delay: Duration, stop: &CancellationToken, stopping: bool) -> bool {
+        if stopping || stop.is_cancelled() {
+            return false;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => false,
+            _ = tokio::time::sleep(delay) => true,
         }
     }
 
@@ -474,6 +528,8 @@ enum Attempt {
     Abandoned,
     /// It failed for a reason retrying cannot fix.
     Failed(InboxError),
+    /// A part of several messages timed out [`TIMEOUTS_BEFORE_SPLIT`] times: bisect it.
+    TimedOut(InboxError),
 }
 
 fn first_offset<P>(d: &Decoded<P>) -> i64 {

@@ -15,7 +15,9 @@ use std::sync::atomic::Ordering;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{first_offset, Attempt, BatchClock, OffsetSink, PartitionWorker};
+use super::{
+    first_offset, Attempt, BatchClock, OffsetSink, PartitionWorker, TIMEOUTS_BEFORE_SPLIT,
+};
 use crate::error::{Fault, InboxError, RunError};
 use crate::handler::Handler;
 use crate::inbox::last_offset;
@@ -104,6 +106,16 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                     continue;
                 }
                 Attempt::Abandoned => return Ok(false),
+                Attempt::TimedOut(e) => {
+                    tracing::warn!(
+                        topic = %self.topic, partition = self.partition,
+                        offset = first_offset(&part.decoded), messages = part.decoded.messages.len(),
+                        "batch timed out {TIMEOUTS_BEFORE_SPLIT} times, bisecting it: {}",
+                        describe(&e)
+                    );
+                    push_halves(&mut stack, part.decoded);
+                    continue;
+                }
                 Attempt::Failed(e) if is_poison(&e) => e,
                 Attempt::Failed(e) => return Err(self.batch_error(first_offset(&part.decoded), e)),
             };
@@ -121,10 +133,17 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 // The handler failed with no message to blame: nothing can be isolated.
                 return Err(self.batch_error(first_offset(&part.decoded), error));
             }
-            if !self
-                .dead_letter(part.decoded, &error, clock, stop, stopping)
-                .await?
-            {
+            let written = match self.breaker.trips(std::time::Instant::now()) {
+                true => {
+                    self.stall_on_poison(part.decoded, error, clock, stop, stopping)
+                        .await?
+                }
+                false => {
+                    self.dead_letter(part.decoded, &error, clock, stop, stopping)
+                        .await?
+                }
+            };
+            if !written {
                 return Ok(false);
             }
         }
@@ -149,7 +168,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         let (inbox, topic, partition) = (&self.inbox, &*self.topic, self.partition);
         let (part_ref, detail_ref) = (&part, detail.as_str());
         let attempt = self
-            .retry(first, stop, stopping, || {
+            .retry(first, false, stop, stopping, || {
                 inbox.dead_letter_poison(topic, partition, part_ref, detail_ref)
             })
             .await?;
@@ -159,7 +178,54 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 Ok(true)
             }
             Attempt::Abandoned => Ok(false),
-            Attempt::Failed(e) => Err(self.batch_error(first, e)),
+            Attempt::Failed(e) | Attempt::TimedOut(e) => Err(self.batch_error(first, e)),
+        }
+    }
+
+    /// The breaker tripped on the single message of `part`: instead of dead-lettering it, the
+    /// partition stalls, retrying it with capped backoff, until it commits (its cause was fixed;
+    /// the breaker resets). Returns false when abandoned.
+    async fn stall_on_poison(
+        &mut self,
+        part: Decoded<H::Payload>,
+        mut error: InboxError,
+        clock: BatchClock,
+        stop: &CancellationToken,
+        stopping: bool,
+    ) -> Result<bool, RunError> {
+        let first = first_offset(&part);
+        let why = format!(
+            " by the poison-rate breaker ({} per partition, --max-poison-rate)",
+            self.breaker
+                .limit()
+                .map_or_else(String::new, |l| l.to_string())
+        );
+        let mut failures = 0u32;
+        loop {
+            failures += 1;
+            let delay = self.settings.retry.delay(failures);
+            self.stalled_retry(&error, first, failures, delay, &why);
+            if !self.pause(delay, stop, stopping).await {
+                self.resume(true);
+                return Ok(false);
+            }
+            error = match self.attempt(&part, stop, stopping).await? {
+                Attempt::Committed(outcome) => {
+                    self.resume(true);
+                    self.breaker.reset();
+                    self.committed(&outcome, last_offset(&part), clock, &timestamps(&part));
+                    return Ok(true);
+                }
+                Attempt::Abandoned => {
+                    self.resume(true);
+                    return Ok(false);
+                }
+                Attempt::Failed(e) if is_poison(&e) => e,
+                Attempt::Failed(e) | Attempt::TimedOut(e) => {
+                    self.resume(true);
+                    return Err(self.batch_error(first, e));
+                }
+            };
         }
     }
 }

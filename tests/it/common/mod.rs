@@ -164,6 +164,7 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
                 max: Duration::from_millis(500),
             },
             batching: Default::default(),
+            max_poison_rate: None,
             unsafe_controls: Default::default(),
         },
         id_header: "id".to_owned(),
@@ -171,6 +172,7 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
         revoke_timeout: Duration::from_secs(30),
         offsets_in_db: true,
         dedup_window: None,
+        statement_timeout: Some(Duration::from_secs(30)),
     }
 }
 
@@ -365,6 +367,7 @@ pub fn worker_settings(mode: Mode, max_items: usize, max_bytes: usize) -> Worker
         },
         retry: RetryPolicy::default(),
         batching: Default::default(),
+        max_poison_rate: None,
         unsafe_controls: Default::default(),
     }
 }
