@@ -385,6 +385,15 @@ mod tests {
             (vec!["run", "--retention", "7"], "unit"),
             (vec!["cleanup", "--retention", "0d"], "zero"),
             (vec!["cleanup"], "--retention"),
+            (
+                vec!["run", "--max-poison-rate", "0/1m"],
+                "--max-poison-rate",
+            ),
+            (vec!["run", "--max-poison-rate", "often"], "N/DURATION"),
+            (
+                vec!["run", "--statement-timeout", "1y"],
+                "--statement-timeout",
+            ),
         ] {
             let err = parse(&args).unwrap_err().to_string();
             assert!(err.contains(needle), "{args:?}: {err}");
@@ -444,6 +453,12 @@ mod tests {
         assert_eq!(p.worker.batcher.linger, Duration::from_millis(3));
         assert_eq!(p.id_header, "ce_id");
         assert_eq!(p.dedup_window, None, "no guard without a retention");
+        assert_eq!(
+            p.worker.max_poison_rate,
+            Some(crate::worker::PoisonRate::DEFAULT),
+            "the breaker is on by default"
+        );
+        assert_eq!(p.statement_timeout, Some(Duration::from_secs(30)));
         assert!(p.exit_on_eof && p.kafka.partition_eof);
         assert_eq!(
             p.kafka.overrides,
@@ -452,6 +467,25 @@ mod tests {
         let config = p.kafka.client_config();
         assert_eq!(config.get("enable.auto.offset.store"), Some("false"));
         assert_eq!(config.get("fetch.min.bytes"), Some("1"));
+    }
+
+    #[test]
+    fn the_breaker_can_be_turned_off_and_a_zero_timeout_is_the_servers() {
+        let Command::Run(run) = parse(&[
+            "run",
+            "--max-poison-rate",
+            "off",
+            "--statement-timeout",
+            "0",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not run")
+        };
+        let p = run.processor();
+        assert_eq!(p.worker.max_poison_rate, None);
+        assert_eq!(p.statement_timeout, None);
     }
 
     #[test]

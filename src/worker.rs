@@ -423,16 +423,20 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         } else {
             "none"
         });
-        self.stats
-            .telemetry
-            .stalls
-            .retrying(&self.topic, self.partition, sqlstate);
+        let stalls = &self.stats.telemetry.stalls;
+        match why.is_empty() {
+            true => stalls.retrying(&self.topic, self.partition, sqlstate),
+            false => stalls.retrying_on_breaker(&self.topic, self.partition, sqlstate),
+        }
         self.inbox.reset_connections();
+        let why = match why.is_empty() {
+            true => "not the message's fault (nothing dead-lettered)",
+            false => why,
+        };
         tracing::warn!(
             topic = %self.topic, partition = self.partition, offset = first_offset,
             sqlstate, attempt, retry_in_ms = delay.as_millis() as u64,
-            "partition stalled{why}, not the message's fault (nothing dead-lettered), \
-             will retry: {}", poison::describe(error)
+            "partition stalled, {why}, will retry: {}", poison::describe(error)
         );
     }
 

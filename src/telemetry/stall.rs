@@ -22,6 +22,8 @@ type StateLabel = [(&'static str, String); 1];
 struct Stall {
     sqlstate: String,
     since: Instant,
+    /// Stalled by the poison-rate breaker, not by the error's class.
+    breaker: bool,
 }
 
 /// The stalled partitions of a processor and their metrics.
@@ -43,6 +45,15 @@ impl Stalls {
     /// Records one failed attempt of a stalled partition (`sqlstate`: the error's SQLSTATE, or
     /// `none` for an error without one).
     pub fn retrying(&self, topic: &str, partition: i32, sqlstate: &str) {
+        self.retrying_as(topic, partition, sqlstate, false);
+    }
+
+    /// [`Stalls::retrying`] of a partition the poison-rate breaker stalled.
+    pub fn retrying_on_breaker(&self, topic: &str, partition: i32, sqlstate: &str) {
+        self.retrying_as(topic, partition, sqlstate, true);
+    }
+
+    fn retrying_as(&self, topic: &str, partition: i32, sqlstate: &str, breaker: bool) {
         self.retries
             .get_or_create(&[("sqlstate", sqlstate.to_owned())])
             .inc();
@@ -51,8 +62,10 @@ impl Stalls {
         let entry = now.entry((topic.to_owned(), partition)).or_insert(Stall {
             sqlstate: sqlstate.to_owned(),
             since: Instant::now(),
+            breaker,
         });
         entry.sqlstate = sqlstate.to_owned();
+        entry.breaker = breaker;
     }
 
     /// The partition committed again (or was given up: revoked, stopping).
@@ -73,14 +86,19 @@ impl Stalls {
             .iter()
             .map(|((t, p), s)| {
                 format!(
-                    "{t}/{p} (SQLSTATE {}, {} s)",
+                    "{t}/{p} ({}SQLSTATE {}, {} s)",
+                    if s.breaker {
+                        "poison-rate breaker, "
+                    } else {
+                        ""
+                    },
                     s.sqlstate,
                     s.since.elapsed().as_secs()
                 )
             })
             .collect();
         Some(format!(
-            "{} partition(s) stalled on the environment: {}",
+            "{} partition(s) stalled, not the messages' fault: {}",
             now.len(),
             parts.join(", ")
         ))

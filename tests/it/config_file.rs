@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 use batch_inbox::internal::config::Command as Sub;
 use batch_inbox::internal::config_file::{load, ConfigError, Source};
@@ -13,6 +14,8 @@ batch-linger-ms = 7
 pool-size = 3
 topic = "from-file"
 exit-on-eof = true
+max-poison-rate = "5/10s"
+statement-timeout = "2s"
 partitioned = true   # a flag of `migrate`: ignored by `run`
 
 [librdkafka]
@@ -61,6 +64,13 @@ fn flags_beat_the_file_which_beats_defaults() {
     assert_eq!(run.kafka.topic, "from-file");
     assert_eq!(run.group, "batch-inbox", "default");
     assert!(run.exit_on_eof);
+    let worker = run.processor().worker;
+    let rate = worker.max_poison_rate.expect("a breaker");
+    assert_eq!((rate.count, rate.per), (5, Duration::from_secs(10)));
+    assert_eq!(
+        run.processor().statement_timeout,
+        Some(Duration::from_secs(2))
+    );
     let config = run.processor().kafka.client_config();
     assert_eq!(config.get("fetch.min.bytes"), Some("1"));
     assert_eq!(
@@ -73,6 +83,10 @@ fn flags_beat_the_file_which_beats_defaults() {
     assert_eq!(source_of(s, "batch-size"), ("500".into(), Source::File));
     assert_eq!(source_of(s, "batch-linger-ms"), ("7".into(), Source::File));
     assert_eq!(source_of(s, "pool-size"), ("5".into(), Source::Flag));
+    assert_eq!(
+        source_of(s, "max-poison-rate"),
+        ("5/10s".into(), Source::File)
+    );
     assert_eq!(
         source_of(s, "group"),
         ("batch-inbox".into(), Source::Default)

@@ -13,6 +13,7 @@ mod db_start_offsets;
 mod db_tls;
 mod dead_letter_rows;
 mod e2e;
+mod environment;
 mod exit_on_eof;
 #[cfg(feature = "failpoints")]
 mod faults;

@@ -306,3 +306,85 @@ async fn a_deferred_unique_violation_at_commit_dead_letters_the_messages_that_br
     assert_strictly_increasing(&stored, 10);
     assert_eq!(next, 10);
 }
+
+/// Fails every batch with a data-class error (22012) until `fixed`: a deployment whose SQL is
+/// wrong for every message, which SQLSTATE classification takes for the messages' fault.
+struct BrokenUntilFixed {
+    fixed: Arc<AtomicBool>,
+}
+
+impl Handler for BrokenUntilFixed {
+    type Payload = Entry;
+
+    async fn handle(
+        &self,
+        tx: &Transaction<'_>,
+        messages: &[Message<Entry>],
+    ) -> Result<Vec<Rejection>, HandlerError> {
+        if !self.fixed.load(std::sync::atomic::Ordering::SeqCst) {
+            tx.batch_execute("SELECT 1 / 0").await?;
+        }
+        Ledger.handle(tx, messages).await
+    }
+}
+
+/// With `--max-poison-rate 3/1m`, a handler that fails every message dead-letters three, then
+/// the partition stalls on the fourth (saying so) instead of dead-lettering the stream; once the
+/// handler is fixed, the stalled message and every later one are applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_poison_rate_breaker_stalls_instead_of_dead_lettering_the_stream() {
+    let (_, pool) = fresh_db("poison_breaker").await;
+    let fixed = Arc::new(AtomicBool::new(false));
+    let handler = Arc::new(BrokenUntilFixed {
+        fixed: fixed.clone(),
+    });
+    let stats = Arc::new(Stats::default());
+    let mut settings = worker_settings(Mode::Batched, 8, 1usize << 20);
+    settings.max_poison_rate =
+        batch_inbox::internal::worker::parse_max_poison_rate("3/1m").unwrap();
+    settings.retry.initial = Duration::from_millis(10);
+    settings.retry.max = Duration::from_millis(200);
+    let inbox = Inbox::new(pool.clone(), handler, "id").with_offsets_in_db(Some("g"));
+    let worker = PartitionWorker::new(
+        Arc::from("t"),
+        0,
+        Arc::new(inbox),
+        Arc::new(Recorded::default()),
+        settings,
+        stats.clone(),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let inputs: Vec<Input> = (0..20).map(|o| Input::Record(record(o, false))).collect();
+    let running = tokio::spawn(worker.run(futures::stream::iter(inputs), CancellationToken::new()));
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let reason = loop {
+        if let Some(reason) = stats.telemetry.stalls.reason() {
+            break reason;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the breaker never stalled"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(reason.contains("poison-rate breaker"), "{reason}");
+    assert!(reason.contains("SQLSTATE 22012"), "{reason}");
+    let (balances, inbox, letters, _) = state(&pool).await;
+    let offsets: Vec<i64> = letters.iter().map(|(o, _, _)| *o).collect();
+    assert_eq!(offsets, [0, 1, 2], "three dead letters, then the stall");
+    assert_eq!((balances.len(), inbox), (0, 3));
+
+    fixed.store(true, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("the worker finishes once the handler is fixed")
+        .unwrap()
+        .expect("no error");
+    let (balances, inbox, letters, next) = state(&pool).await;
+    assert_eq!(balances, expected_balances(20, &[0, 1, 2]));
+    assert_eq!(inbox, 20);
+    assert_eq!(letters.len(), 3, "{letters:?}");
+    assert_eq!(next, 20);
+    assert_eq!(stats.telemetry.stalls.reason(), None);
+}

@@ -43,18 +43,50 @@ fn stall_retries(metrics: &str, sqlstate: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Breaks the database with `break_sql`, lets the binary stall on `sqlstate` for a few retries,
-/// fixes it with `fix_sql` and checks the outcome. `as_app`: the binary connects as
-/// [`APP_ROLE`].
-async fn stalls_then_resumes(
-    name: &str,
-    break_sql: &str,
-    fix_sql: &str,
-    sqlstate: &str,
+/// An operator's mistake and its fix.
+struct Case<'a> {
+    name: &'a str,
+    /// Run before the records arrive; `{db}` is the database's name.
+    break_sql: &'a str,
+    /// Run once the binary has stalled on it three times.
+    fix_sql: &'a str,
+    /// What the stall reports.
+    sqlstate: &'a str,
+    /// The binary connects as [`APP_ROLE`] (not a superuser).
     as_app: bool,
-) {
+    /// More flags of `run`.
+    args: &'a [&'a str],
+}
+
+impl<'a> Case<'a> {
+    fn new(name: &'a str, break_sql: &'a str, fix_sql: &'a str, sqlstate: &'a str) -> Self {
+        Case {
+            name,
+            break_sql,
+            fix_sql,
+            sqlstate,
+            as_app: false,
+            args: &[],
+        }
+    }
+}
+
+/// Breaks the database with the case's `break_sql`, lets the binary stall on its `sqlstate`
+/// for a few retries, fixes it with `fix_sql` and checks the outcome.
+async fn stalls_then_resumes(case: Case<'_>) {
+    let Case {
+        name,
+        sqlstate,
+        as_app,
+        ..
+    } = case;
     let broker = Broker::start();
     let (url, pool) = fresh_db(name).await;
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    let (break_sql, fix_sql) = (
+        case.break_sql.replace("{db}", &db),
+        case.fix_sql.replace("{db}", &db),
+    );
     let topic = broker.topic(name);
     let group = Broker::group(&topic, "g");
     batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 2)
@@ -83,13 +115,13 @@ async fn stalls_then_resumes(
     } else {
         url.clone()
     };
-    exec(&pool, break_sql).await;
+    exec(&pool, &break_sql).await;
     let producer = batch_inbox_tools::produce::producer(&broker.addr, &[]).unwrap();
     batch_inbox_tools::produce::send_all(&producer, &topic, records)
         .await
         .unwrap();
 
-    let args = [
+    let mut args = vec![
         "run",
         "--topic",
         &topic,
@@ -100,6 +132,7 @@ async fn stalls_then_resumes(
         "--log-interval",
         "0",
     ];
+    args.extend(case.args);
     let env = [
         ("DATABASE_URL", run_url.as_str()),
         ("KAFKA_BROKERS", broker.addr.as_str()),
@@ -133,7 +166,7 @@ async fn stalls_then_resumes(
         "{metrics}"
     );
 
-    exec(&pool, fix_sql).await;
+    exec(&pool, &fix_sql).await;
     let offsets = OffsetReader::new(&broker.addr, &group, &topic, 2);
     let ends = offsets.ends();
     http::poll(
@@ -166,24 +199,68 @@ async fn stalls_then_resumes(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_renamed_away_stalls_and_resumes_without_a_dead_letter() {
-    stalls_then_resumes(
+    stalls_then_resumes(Case::new(
         "stall_rename",
         "ALTER TABLE balances RENAME TO balances_away",
         "ALTER TABLE balances_away RENAME TO balances",
         "42P01",
-        false,
-    )
+    ))
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_grant_stalls_and_resumes_without_a_dead_letter() {
-    stalls_then_resumes(
-        "stall_revoke",
-        &format!("REVOKE INSERT, UPDATE ON balances FROM {APP_ROLE}"),
-        &format!("GRANT INSERT, UPDATE ON balances TO {APP_ROLE}"),
-        "42501",
-        true,
-    )
+    let (revoke, grant) = (
+        format!("REVOKE INSERT, UPDATE ON balances FROM {APP_ROLE}"),
+        format!("GRANT INSERT, UPDATE ON balances TO {APP_ROLE}"),
+    );
+    stalls_then_resumes(Case {
+        as_app: true,
+        ..Case::new("stall_revoke", &revoke, &grant, "42501")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_column_stalls_and_resumes_once_it_is_back() {
+    stalls_then_resumes(Case::new(
+        "stall_column",
+        "ALTER TABLE balances DROP COLUMN amount",
+        "ALTER TABLE balances ADD COLUMN amount bigint NOT NULL DEFAULT 0",
+        "42703",
+    ))
+    .await;
+}
+
+/// The database's `default_transaction_read_only` applies to new sessions only: the stall
+/// must open new ones to see it switched off again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_database_stalls_and_resumes_once_it_is_writable() {
+    stalls_then_resumes(Case::new(
+        "stall_read_only",
+        "ALTER DATABASE {db} SET default_transaction_read_only = on",
+        "ALTER DATABASE {db} RESET default_transaction_read_only",
+        "25006",
+    ))
+    .await;
+}
+
+/// Every write to `balances` takes 2 s against a 1 s statement timeout: batches time out, are
+/// bisected after three timeouts each, and the single message that still times out stalls the
+/// partition (57014), with nothing dead-lettered, until the slow trigger is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_that_time_out_stall_the_partition_instead_of_dead_lettering() {
+    stalls_then_resumes(Case {
+        args: &["--statement-timeout", "1s", "--batch-size", "16"],
+        ..Case::new(
+            "stall_timeout",
+            "CREATE FUNCTION slow_write() RETURNS trigger LANGUAGE plpgsql
+               AS $$ BEGIN PERFORM pg_sleep(2); RETURN NEW; END $$;
+             CREATE TRIGGER slow_write BEFORE INSERT OR UPDATE ON balances
+               FOR EACH ROW EXECUTE FUNCTION slow_write()",
+            "DROP TRIGGER slow_write ON balances",
+            "57014",
+        )
+    })
     .await;
 }

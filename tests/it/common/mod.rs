@@ -2,6 +2,7 @@
 //! run to the end of its topic, and a wire-level statement counter.
 #![allow(dead_code)]
 
+pub mod blackhole;
 pub mod broker;
 pub mod child;
 pub mod group;
