@@ -36,12 +36,13 @@ pub async fn insert(
     let keys: Vec<Option<&[u8]>> = rows.iter().map(|r| r.key).collect();
     let payloads: Vec<Option<&[u8]>> = rows.iter().map(|r| r.payload).collect();
     let headers: Vec<Option<&Value>> = rows.iter().map(|r| r.headers.as_ref()).collect();
+    let timestamps: Vec<Option<i64>> = rows.iter().map(|r| r.timestamp_ms).collect();
     let stmt = tx.prepare_cached(INSERT_DEAD_LETTERS).await?;
     tx.execute(
         &stmt,
         &[
             &topic, &partition, &offsets, &ids, &raw_ids, &reasons, &details, &keys, &payloads,
-            &headers,
+            &headers, &timestamps,
         ],
     )
     .await
