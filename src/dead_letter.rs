@@ -11,8 +11,10 @@ use crate::message::DeadLetter;
 use crate::sql::INSERT_DEAD_LETTERS;
 
 mod row;
+pub mod stored;
 
 pub use row::{headers_json, row, storable_detail, Row, RowForm, MAX_DETAIL_BYTES};
+pub use stored::{Listed, Parked, Position};
 
 /// Writes the dead letters of one partition's batch in one statement, as rows of `form`;
 /// returns rows inserted (fewer than `letters.len()` when some were already recorded by an
@@ -41,8 +43,17 @@ pub async fn insert(
     tx.execute(
         &stmt,
         &[
-            &topic, &partition, &offsets, &ids, &raw_ids, &reasons, &details, &keys, &payloads,
-            &headers, &timestamps,
+            &topic,
+            &partition,
+            &offsets,
+            &ids,
+            &raw_ids,
+            &reasons,
+            &details,
+            &keys,
+            &payloads,
+            &headers,
+            &timestamps,
         ],
     )
     .await

@@ -79,6 +79,7 @@ mod offsets;
 mod outcome;
 mod processor;
 mod reason;
+pub mod redrive;
 mod resume;
 pub mod retention;
 mod secret;

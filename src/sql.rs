@@ -86,6 +86,8 @@ FROM unnest($3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::b
      AS t(o, m, mr, r, d, k, p, h, ts)
 ON CONFLICT (topic, partition, \"offset\") DO NOTHING";
 
+pub mod redrive;
+
 /// The ledger's statements.
 pub mod ledger {
     /// Creates missing accounts at 0, in ascending order.
