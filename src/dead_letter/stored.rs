@@ -1,7 +1,7 @@
 //! Dead letters read back from the database: the record as it was delivered (for a redrive),
 //! and the fields `dead-letters list` shows.
 //!
-//! Invariant: a stored row turns back into the record it was written from ([`super::row`]'s
+//! Invariant: a stored row turns back into the record it was written from (module `row`'s
 //! rules read in reverse): key, value, Kafka timestamp and headers (names and values as text, as
 //! hex, or null) exactly as received, so a re-driven message decodes and reaches the handler as
 //! it first would have. A minimal row has no headers: it comes back without its id header.
@@ -180,7 +180,7 @@ impl Listed {
 const TABLE_DETAIL_CHARS: usize = 80;
 
 /// `letters` as a text table with a header line: position, id, reason, redrive state, created
-/// at and detail (on one line, cut to [`TABLE_DETAIL_CHARS`]).
+/// at and detail (on one line, cut to 80 characters).
 pub fn table(letters: &[Listed]) -> String {
     let cells: Vec<[String; 6]> = letters
         .iter()

@@ -1,6 +1,6 @@
 //! The statements of `dead-letters list` and `dead-letters redrive`.
 //!
-//! Every selection of parked dead letters shares one filter ([`parked_filter!`]): not yet
+//! Every selection of parked dead letters shares one filter (`parked_filter!`): not yet
 //! re-driven, the reasons asked for (or, when none is, every reason but those of
 //! [`crate::redrive::NOT_BY_DEFAULT`], passed as `$2`), a topic, message ids, and a position
 //! after the cursor `($5, $6, $7)` (`$5` NULL: from the start), in key order.

@@ -3,7 +3,8 @@
 //! dedup-window guard holds them back), the cause is fixed, and a redrive applies each parked
 //! message exactly once, marks its dead letter and deletes none; a second redrive and a full
 //! replay by a new consumer group change nothing. Two redrives at once apply each message once;
-//! a redrive killed midway and run again too (module `crash`, failpoints builds).
+//! a redrive killed midway and run again too (module `crash`, failpoints builds). `list`: the
+//! listing; `sql`: the SQL handler's input on a redrive.
 
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ use crate::sql_handler::{produce, record};
 
 #[cfg(feature = "failpoints")]
 mod crash;
+mod list;
+mod sql;
 
 /// The CHECK constraint that refuses account 7 (the ledger creates an account on first use).
 pub(crate) const NO_SEVEN: &str =
@@ -369,190 +372,4 @@ async fn two_redrives_at_once_apply_each_message_once() {
         .iter()
         .all(|l| l.4.as_deref() == Some("applied") && l.5 == 1));
     assert_eq!(s.letters.len(), 60);
-}
-
-/// `batch-inbox dead-letters list --database-url URL extra…`: its stdout.
-async fn list(url: &str, extra: &[&str]) -> String {
-    let mut args = vec!["dead-letters", "list", "--database-url", url];
-    args.extend(extra);
-    let out = Running::spawn(&args, &[])
-        .wait(Duration::from_secs(30))
-        .await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    out.stdout
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_shows_position_id_reason_detail_and_redrive_state() {
-    let broker = Broker::start();
-    let topic = broker.topic("redrive-list");
-    let (url, pool) = fresh_db("redrive_list").await;
-    exec(&pool, NO_SEVEN).await;
-    let not_a_uuid = RawRecord {
-        headers: vec![(b"id".to_vec(), Some(b"order-17".to_vec()))],
-        ..entry("", 5, 1)
-    };
-    produce(
-        &broker,
-        &topic,
-        1,
-        &[entry(&uuid(1), 7, 3), not_a_uuid, entry(&uuid(2), 5, 4)],
-    )
-    .await;
-    pipeline(&pool, &broker, &topic, "g", None).await;
-    exec(&pool, "ALTER TABLE balances DROP CONSTRAINT no_seven").await;
-    assert_eq!(report(&redrive_bin(&url, &[], &[]).await), counts(1, 0, 0));
-    // Selected by its reason and its id as stored: decoded again, fails again, stays.
-    let run = redrive_bin(&url, &["--reason", "invalid_id", "--id", "order-17"], &[]).await;
-    assert_eq!(report(&run).failed_decoding, 1);
-
-    let table = list(&url, &[]).await;
-    let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 3, "{table}");
-    let head: Vec<&str> = lines[0].split_whitespace().collect();
-    assert_eq!(
-        head,
-        [
-            "POSITION",
-            "ID",
-            "REASON",
-            "REDRIVE",
-            "CREATED_AT",
-            "DETAIL"
-        ]
-    );
-    let first: Vec<&str> = lines[1].split_whitespace().collect();
-    assert_eq!(
-        first[..4],
-        [
-            &format!("{topic}/0/0")[..],
-            &uuid(1),
-            "handler_error",
-            "applied"
-        ]
-    );
-    let second: Vec<&str> = lines[2].split_whitespace().collect();
-    assert_eq!(
-        second[..6],
-        [
-            &format!("{topic}/0/1")[..],
-            "order-17",
-            "invalid_id",
-            "parked",
-            "(1",
-            "failed"
-        ]
-    );
-    assert!(
-        lines[2].contains("failed decoding again: invalid_id: id \"order-17\" is not a UUID"),
-        "{table}"
-    );
-
-    let json = list(&url, &["--json", "--reason", "invalid_id", "--since", "1h"]).await;
-    let objects: Vec<serde_json::Value> = json
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(objects.len(), 1, "{json}");
-    let mut o = objects[0].clone();
-    let created = o["created_at"].take();
-    assert!(
-        created
-            .as_str()
-            .is_some_and(|t| t.len() == 24 && t.ends_with('Z')),
-        "{created}"
-    );
-    let detail = o["detail"].take();
-    assert!(detail
-        .as_str()
-        .unwrap()
-        .starts_with("failed decoding again: invalid_id"));
-    assert_eq!(
-        o,
-        serde_json::json!({
-            "topic": topic, "partition": 0, "offset": 1, "message_id": "order-17",
-            "reason": "invalid_id", "detail": null, "created_at": null, "redriven_at": null,
-            "redrive_outcome": null, "redrive_attempts": 1,
-        })
-    );
-    assert!(
-        !json.contains("postgres://"),
-        "no connection string: {json}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sql_handler_gets_a_re_driven_message_as_it_first_would_have() {
-    let broker = Broker::start();
-    let topic = broker.topic("redrive-sql");
-    let (url, pool) = fresh_db("redrive_sql").await;
-    exec(
-        &pool,
-        "CREATE TABLE events (message_id uuid PRIMARY KEY, n int NOT NULL CHECK (n % 3 <> 0),
-             partition int, \"offset\" bigint, timestamp_ms bigint, key text)",
-    )
-    .await;
-    let dir = std::env::temp_dir().join(format!("bi-redrive-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let sql = dir.join("events.sql");
-    std::fs::write(
-        &sql,
-        "INSERT INTO events SELECT m.id, (m.value->>'n')::int, m.partition, m.\"offset\",
-             m.timestamp_ms, m.key
-         FROM jsonb_to_recordset($1) AS m(id uuid, key text, partition int, \"offset\" bigint,
-             timestamp_ms bigint, value jsonb)",
-    )
-    .unwrap();
-    const TS: i64 = 1_748_736_000_000;
-    let records: Vec<RawRecord> = (1..=6u32)
-        .map(|n| RawRecord {
-            timestamp_ms: Some(TS + i64::from(n)),
-            ..record(
-                (n % 2) as i32,
-                n,
-                Some(format!("k{n}").as_bytes()),
-                &format!(r#"{{"n": {n}}}"#),
-            )
-        })
-        .collect();
-    produce(&broker, &topic, 2, &records).await;
-    let run = crate::sql_handler::run_sql(&url, &broker, &topic, "g", &sql, &[]).await;
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let parked = "SELECT count(*) FROM dead_letters WHERE reason = 'handler_error'";
-    assert_eq!(
-        crate::sql_handler::count(&pool, parked).await,
-        2,
-        "n = 3 and 6 refused"
-    );
-    exec(&pool, "ALTER TABLE events DROP CONSTRAINT events_n_check").await;
-    let flags = ["--handler", "sql", "--apply-sql", sql.to_str().unwrap()];
-    assert_eq!(
-        report(&redrive_bin(&url, &flags, &[]).await),
-        counts(2, 0, 0)
-    );
-    assert_eq!(
-        report(&redrive_bin(&url, &flags, &[]).await),
-        RedriveReport::default()
-    );
-    let c = pool.get().await.unwrap();
-    let rows = c
-        .query("SELECT message_id::text, n, partition, \"offset\", timestamp_ms, key FROM events ORDER BY n", &[])
-        .await
-        .unwrap();
-    let events: Vec<(String, i32, i32, i64, i64, String)> = rows
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
-        .collect();
-    let expected: Vec<_> = (1..=6)
-        .map(|n: i32| {
-            let (p, o) = (n % 2, (n as i64 - 1) / 2);
-            (uuid(n as u32), n, p, o, TS + n as i64, format!("k{n}"))
-        })
-        .collect();
-    assert_eq!(events, expected);
-    assert_eq!(
-        crate::sql_handler::count(&pool, "SELECT count(*) FROM inbox").await,
-        6
-    );
-    let _ = std::fs::remove_dir_all(&dir);
 }
