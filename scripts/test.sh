@@ -21,4 +21,4 @@ cargo test --workspace "$@"
 # The crash tests need the binary built with failpoints, and their controls (and the unsafe
 # mode's visibility) the unsafe test-only switches: both are off in every other build.
 cargo test --features failpoints,unsafe-controls --test it -- faults:: unsafe_settings:: \
-  sql_handler::crash::
+  sql_handler::crash:: redrive::crash::

@@ -17,8 +17,10 @@ use crate::processor::ProcessorConfig;
 use crate::secret::{DatabaseUrl, RedactedProperties};
 use crate::worker::{MaxPoisonRate, RetryPolicy, WorkerSettings};
 
+mod dead_letters;
 mod retention;
 
+pub use dead_letters::{DeadLettersArgs, DeadLettersCommand, ListArgs, RedriveArgs};
 pub use retention::{parse_retention, CleanupArgs, CleanupCommandArgs, MigrateArgs};
 
 /// Apply a Kafka topic to PostgreSQL exactly once, with a micro-batched transactional inbox.
@@ -52,6 +54,8 @@ pub enum Command {
     Cleanup(CleanupCommandArgs),
     /// Consume a topic and apply it to the database.
     Run(Box<RunArgs>),
+    /// List dead letters, or re-drive them through the handler once their cause is fixed.
+    DeadLetters(DeadLettersArgs),
 }
 
 /// Database connection.
@@ -166,19 +170,9 @@ pub struct RunArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub pipeline: PipelineArgs,
-    /// What applies the new messages: `ledger` (the reference account ledger) or `sql` (the
-    /// statement of --apply-sql).
-    #[arg(long, env = "BATCH_INBOX_HANDLER", value_enum, default_value_t = HandlerKind::Ledger)]
-    pub handler: HandlerKind,
-    /// With --handler sql: a file holding one SQL statement, run once per batch in the batch's
-    /// transaction with $1 = its new messages as a jsonb array (docs/SQL-HANDLER.md).
-    #[arg(
-        long,
-        env = "BATCH_INBOX_APPLY_SQL",
-        value_name = "FILE",
-        required_if_eq("handler", "sql")
-    )]
-    pub apply_sql: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub handler: HandlerArgs,
     /// Exit 0 once the consumer group has committed every partition of the topic to its end
     /// (this member's and the others': a backfill is done only when the whole topic is).
     #[arg(long, env = "BATCH_INBOX_EXIT_ON_EOF")]
@@ -215,6 +209,42 @@ pub struct RunArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub ops: OpsArgs,
+}
+
+/// The handler: what applies the new messages (`run`, `dead-letters redrive`).
+#[derive(Debug, Clone, Args)]
+pub struct HandlerArgs {
+    /// What applies the new messages: `ledger` (the reference account ledger) or `sql` (the
+    /// statement of --apply-sql).
+    #[arg(
+        id = "handler",
+        long = "handler",
+        env = "BATCH_INBOX_HANDLER",
+        value_enum,
+        default_value_t = HandlerKind::Ledger
+    )]
+    pub kind: HandlerKind,
+    /// With --handler sql: a file holding one SQL statement, run once per batch in the batch's
+    /// transaction with $1 = its new messages as a jsonb array (docs/SQL-HANDLER.md).
+    #[arg(
+        long,
+        env = "BATCH_INBOX_APPLY_SQL",
+        value_name = "FILE",
+        required_if_eq("handler", "sql")
+    )]
+    pub apply_sql: Option<std::path::PathBuf>,
+}
+
+impl HandlerArgs {
+    /// Refuses a statement file without the SQL handler (it would be silently unused).
+    pub fn check(&self) -> Result<(), String> {
+        match (self.kind, &self.apply_sql) {
+            (HandlerKind::Ledger, Some(_)) => {
+                Err("--apply-sql is the SQL handler's statement: add --handler sql".to_owned())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Operations flags of `run`: metrics and health endpoints, summary log lines.
@@ -334,12 +364,7 @@ impl PipelineArgs {
 impl RunArgs {
     /// Refuses a statement file without the SQL handler (it would be silently unused).
     pub fn check_handler(&self) -> Result<(), String> {
-        match (self.handler, &self.apply_sql) {
-            (HandlerKind::Ledger, Some(_)) => {
-                Err("--apply-sql is the SQL handler's statement: add --handler sql".to_owned())
-            }
-            _ => Ok(()),
-        }
+        self.handler.check()
     }
 
     /// Processor configuration from the flags.
@@ -528,11 +553,11 @@ mod tests {
             _ => panic!("not run"),
         };
         let sql = run(&["run", "--handler", "sql", "--apply-sql", "x.sql"]);
-        assert_eq!(sql.handler, HandlerKind::Sql);
+        assert_eq!(sql.handler.kind, HandlerKind::Sql);
         assert_eq!(sql.check_handler(), Ok(()));
         let ledger = run(&["run"]);
         assert_eq!(
-            (ledger.handler, ledger.check_handler()),
+            (ledger.handler.kind, ledger.check_handler()),
             (HandlerKind::Ledger, Ok(()))
         );
         let stray = run(&["run", "--apply-sql", "x.sql"]);

@@ -59,6 +59,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "inbox_processed_at_not_v7",
         sql: include_str!("../migrations/0007_inbox_processed_at_not_v7.sql"),
     },
+    Migration {
+        version: 8,
+        name: "dead_letters_redrive",
+        sql: include_str!("../migrations/0008_dead_letters_redrive.sql"),
+    },
 ];
 
 /// Arbitrary constant identifying the migration lock among advisory locks.

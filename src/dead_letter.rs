@@ -11,8 +11,10 @@ use crate::message::DeadLetter;
 use crate::sql::INSERT_DEAD_LETTERS;
 
 mod row;
+pub mod stored;
 
 pub use row::{headers_json, row, storable_detail, Row, RowForm, MAX_DETAIL_BYTES};
+pub use stored::{Listed, Parked, Position};
 
 /// Writes the dead letters of one partition's batch in one statement, as rows of `form`;
 /// returns rows inserted (fewer than `letters.len()` when some were already recorded by an
@@ -36,12 +38,22 @@ pub async fn insert(
     let keys: Vec<Option<&[u8]>> = rows.iter().map(|r| r.key).collect();
     let payloads: Vec<Option<&[u8]>> = rows.iter().map(|r| r.payload).collect();
     let headers: Vec<Option<&Value>> = rows.iter().map(|r| r.headers.as_ref()).collect();
+    let timestamps: Vec<Option<i64>> = rows.iter().map(|r| r.timestamp_ms).collect();
     let stmt = tx.prepare_cached(INSERT_DEAD_LETTERS).await?;
     tx.execute(
         &stmt,
         &[
-            &topic, &partition, &offsets, &ids, &raw_ids, &reasons, &details, &keys, &payloads,
+            &topic,
+            &partition,
+            &offsets,
+            &ids,
+            &raw_ids,
+            &reasons,
+            &details,
+            &keys,
+            &payloads,
             &headers,
+            &timestamps,
         ],
     )
     .await

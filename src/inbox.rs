@@ -39,6 +39,8 @@ use crate::Transaction;
 
 mod refused;
 mod variants;
+mod within;
+pub use within::{apply_within, Applied};
 #[cfg(feature = "unsafe-controls")]
 mod without_inbox;
 #[cfg(feature = "unsafe-controls")]

@@ -26,11 +26,13 @@
 //! [`Transaction`]; it returns the messages it refuses ([`Rejection`], with a [`Reason`] it
 //! names). [`ledger::Ledger`] is the reference implementation; [`SqlHandler`] runs one SQL
 //! statement per batch instead of Rust code (docs/SQL-HANDLER.md); [`retention`] keeps the inbox from
-//! growing without bound and guards the dedup window it leaves. [`Stats`] counts a run as it goes.
+//! growing without bound and guards the dedup window it leaves; [`redrive`] applies parked dead
+//! letters through a handler once their cause is fixed, exactly once. [`Stats`] counts a run as
+//! it goes.
 //!
 //! ## Layout
 //!
-//! The modules, in data-flow order (all private but the three above; the root re-exports the
+//! The modules, in data-flow order (all private but the four above; the root re-exports the
 //! API):
 //!
 //! - `config`, `config_file`, `secret`, `defaults`: the command line, its config file, the
@@ -51,6 +53,8 @@
 //! - `outcome`, `stats`, `telemetry`, `metrics`, `stats_file`, `exporter`, `logging`: what a run
 //!   did, observed once and shown as counters, Prometheus metrics, the stats file, probes and
 //!   log lines.
+//! - `redrive`: dead letters listed and re-driven through the handler (the inbox's own dedup and
+//!   handler step, `inbox::apply_within`), marked, never deleted.
 //! - `retention`, `db`, `db_tls`, `error`, `failpoint`, `unsafe_controls`: inbox retention, the
 //!   pool and migrations, TLS, error types, and the test-only hooks.
 #![warn(missing_docs, unreachable_pub)]
@@ -79,6 +83,7 @@ mod offsets;
 mod outcome;
 mod processor;
 mod reason;
+pub mod redrive;
 mod resume;
 pub mod retention;
 mod secret;

@@ -3,12 +3,13 @@
 use std::sync::Arc;
 
 use batch_inbox::internal::config::{
-    CleanupCommandArgs, Command, HandlerKind, MigrateArgs, RunArgs,
+    CleanupCommandArgs, Command, DeadLettersCommand, HandlerArgs, HandlerKind, ListArgs,
+    MigrateArgs, RedriveArgs, RunArgs,
 };
 use batch_inbox::internal::config_file::{self, ConfigError, Source};
 use batch_inbox::internal::stats::Stats;
 use batch_inbox::internal::stats_file::RunSettings;
-use batch_inbox::{db, ledger::Ledger, retention, Handler, SqlHandler};
+use batch_inbox::{db, ledger::Ledger, redrive, retention, Handler, SqlHandler};
 use clap::ValueEnum;
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +33,16 @@ async fn main() -> std::process::ExitCode {
     let result = match loaded.cli.command {
         Command::Migrate(args) => migrate(args).await,
         Command::Cleanup(args) => cleanup(args).await,
+        Command::DeadLetters(d) => match d.command {
+            DeadLettersCommand::List(args) => list(args).await,
+            DeadLettersCommand::Redrive(args) => match args.handler.check() {
+                Ok(()) => redrive(*args).await,
+                Err(refused) => {
+                    eprintln!("error: {refused}");
+                    return std::process::ExitCode::from(2);
+                }
+            },
+        },
         Command::Run(args) if args.ops.print_config => {
             print_settings(&loaded.settings);
             Ok(())
@@ -94,6 +105,45 @@ async fn cleanup(args: CleanupCommandArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn list(args: ListArgs) -> anyhow::Result<()> {
+    use std::io::Write;
+    let pool = db::connect(args.db.database_url.expose(), 1).await?;
+    db::check_schema(&pool).await?;
+    let letters = redrive::list(&pool, &args.filter()).await?;
+    let mut out = std::io::stdout().lock();
+    let written = match args.json {
+        true => letters
+            .iter()
+            .try_for_each(|l| writeln!(out, "{}", l.to_json())),
+        false => write!(out, "{}", redrive::table(&letters)),
+    };
+    if written.is_ok() && letters.len() as i64 == args.limit {
+        eprintln!("(at most --limit {} shown)", args.limit);
+    }
+    Ok(()) // a closed stdout (a pipe to `head`) is not a failure
+}
+
+async fn redrive(args: RedriveArgs) -> anyhow::Result<()> {
+    let pool = db::connect(args.db.database_url.expose(), 1).await?;
+    db::check_schema(&pool).await?;
+    let selection = args.selection();
+    if args.dry_run {
+        let letters = redrive::preview(&pool, &selection).await?;
+        print!("{}", redrive::table(&letters));
+        println!(
+            "dry run: {} dead letters would be re-driven; nothing changed",
+            letters.len()
+        );
+        return Ok(());
+    }
+    let report = match sql_handler(&pool, &args.handler).await? {
+        Some(handler) => redrive::redrive(&pool, &handler, &selection).await?,
+        None => redrive::redrive(&pool, &Ledger, &selection).await?,
+    };
+    println!("{report}");
+    Ok(())
+}
+
 /// The background retention task of `run`, stopped when the processor stops.
 struct Maintenance {
     stop: tokio_util::sync::CancellationToken,
@@ -145,10 +195,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     .await?;
     db::check_schema(&pool).await?;
     // Before anything else starts: a statement that cannot run ends the process here.
-    let sql = match (&args.handler, &args.apply_sql) {
-        (HandlerKind::Sql, Some(path)) => Some(prepare_sql(&pool, path).await?),
-        _ => None,
-    };
+    let sql = sql_handler(&pool, &args.handler).await?;
     let maintenance = start_maintenance(&args, &pool).await?;
     let started = std::time::Instant::now();
     // The latency distributions are kept only for a stats file.
@@ -206,8 +253,20 @@ fn settings_of(args: &RunArgs) -> RunSettings {
         pool_size: p.pool_size.get() as u64,
         handler: args
             .handler
+            .kind
             .to_possible_value()
             .map_or_else(String::new, |v| v.get_name().to_owned()),
+    }
+}
+
+/// The SQL handler of `--handler sql`, prepared (`None`: the ledger).
+async fn sql_handler(
+    pool: &deadpool_postgres::Pool,
+    args: &HandlerArgs,
+) -> anyhow::Result<Option<SqlHandler>> {
+    match (args.kind, &args.apply_sql) {
+        (HandlerKind::Sql, Some(path)) => Ok(Some(prepare_sql(pool, path).await?)),
+        _ => Ok(None),
     }
 }
 

@@ -78,13 +78,15 @@ pub const INSERT_ONE_ID_AND_OFFSET: &str = concat!(
 );
 
 /// The dead letters of one partition's batch, one row per Kafka position (a redelivery adds
-/// nothing).
+/// nothing), with each record's Kafka timestamp (what a redrive gives the handler again).
 pub const INSERT_DEAD_LETTERS: &str = "\
-INSERT INTO dead_letters (topic, partition, \"offset\", message_id, message_id_raw, reason, detail, key, payload, headers)
-SELECT $1, $2, o, m, mr, r, d, k, p, h
-FROM unnest($3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bytea[], $9::bytea[], $10::jsonb[])
-     AS t(o, m, mr, r, d, k, p, h)
+INSERT INTO dead_letters (topic, partition, \"offset\", message_id, message_id_raw, reason, detail, key, payload, headers, timestamp_ms)
+SELECT $1, $2, o, m, mr, r, d, k, p, h, ts
+FROM unnest($3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bytea[], $9::bytea[], $10::jsonb[], $11::bigint[])
+     AS t(o, m, mr, r, d, k, p, h, ts)
 ON CONFLICT (topic, partition, \"offset\") DO NOTHING";
+
+pub mod redrive;
 
 /// The ledger's statements.
 pub mod ledger {

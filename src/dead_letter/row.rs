@@ -13,8 +13,8 @@
 //!   a NUL is written `"key_hex"` instead of `"key"`, and such a value `"value_hex"` instead of
 //!   `"value"` (lowercase hex of the bytes); a null value is `"value": null`. Lossless.
 //!
-//! A minimal row ([`RowForm::minimal`]) keeps position, reason, key and payload only, with a
-//! detail naming the SQLSTATE that refused the full row.
+//! A minimal row ([`RowForm::minimal`]) keeps position, timestamp, reason, key and payload only,
+//! with a detail naming the SQLSTATE that refused the full row.
 
 use std::fmt::Write as _;
 
@@ -71,6 +71,8 @@ pub struct Row<'a> {
     pub payload: Option<&'a [u8]>,
     /// Headers as JSON (`None` in a minimal row).
     pub headers: Option<Value>,
+    /// The record's Kafka timestamp, in milliseconds since the epoch.
+    pub timestamp_ms: Option<i64>,
 }
 
 /// The row of `letter` in `form`.
@@ -85,6 +87,7 @@ pub fn row<'a>(letter: &'a DeadLetter, form: RowForm<'_>) -> Row<'a> {
         key: raw.key.as_deref(),
         payload: raw.payload.as_deref(),
         headers: None,
+        timestamp_ms: raw.timestamp_ms,
     };
     match form.refused {
         Some(sqlstate) => Row {

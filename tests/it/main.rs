@@ -31,6 +31,7 @@ mod readyz;
 mod rebalance;
 mod rebalance_faults;
 mod record_bytes;
+mod redrive;
 mod retention;
 mod retry;
 mod secrets;
