@@ -346,6 +346,7 @@ impl PipelineArgs {
             batching: self.batching,
             retry: RetryPolicy::default(),
             max_poison_rate: self.max_poison_rate.0,
+            consume_only: false,
             unsafe_controls: Default::default(),
         }
     }

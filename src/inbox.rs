@@ -54,11 +54,6 @@ pub enum Mode {
     Batched,
     /// One transaction per message: the textbook inbox, kept as the baseline.
     PerMessage,
-    /// No database at all: consume, batch and store offsets. Measures the broker and client
-    /// ceiling and applies nothing, so it is not a value of the command line (the load test's
-    /// tools use it through the library).
-    #[value(skip)]
-    ConsumeOnly,
 }
 
 /// Runs inbox transactions for one handler.

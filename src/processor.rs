@@ -64,6 +64,7 @@ impl ProcessorConfig {
                 batching: defaults::BATCHING,
                 retry: crate::worker::RetryPolicy::default(),
                 max_poison_rate: Some(crate::worker::PoisonRate::DEFAULT),
+                consume_only: false,
                 unsafe_controls: crate::unsafe_controls::UnsafeControls::default(),
             },
             id_header: defaults::ID_HEADER.to_owned(),

@@ -103,6 +103,10 @@ pub struct WorkerSettings {
     pub retry: RetryPolicy,
     /// The poison-rate breaker (`None`: off); module `breaker`.
     pub max_poison_rate: Option<PoisonRate>,
+    /// TOOLS ONLY (the load test's broker ceiling): consume, batch and store offsets, and apply
+    /// nothing. Not a setting of the product; `false` everywhere else.
+    #[doc(hidden)]
+    pub consume_only: bool,
     /// TEST-ONLY, UNSAFE switches; off (the only value of a normal build).
     pub unsafe_controls: crate::unsafe_controls::UnsafeControls,
 }
@@ -292,20 +296,19 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         {
             self.store_offset(last);
         }
+        if self.settings.consume_only {
+            let timestamps: Vec<Option<i64>> = batch.items.iter().map(|m| m.timestamp_ms).collect();
+            let outcome = TxOutcome {
+                received: batch.items.len() as u64,
+                ..TxOutcome::default()
+            };
+            self.committed(&outcome, last, clock, &timestamps);
+            return Ok(true);
+        }
         match self.settings.mode {
             Mode::Batched => {
                 let decoded = self.inbox.decode(batch.items);
                 self.apply_isolating(decoded, clock, stop, stopping).await
-            }
-            Mode::ConsumeOnly => {
-                let timestamps: Vec<Option<i64>> =
-                    batch.items.iter().map(|m| m.timestamp_ms).collect();
-                let outcome = TxOutcome {
-                    received: batch.items.len() as u64,
-                    ..TxOutcome::default()
-                };
-                self.committed(&outcome, last, clock, &timestamps);
-                Ok(true)
             }
             Mode::PerMessage => {
                 for raw in batch.items {

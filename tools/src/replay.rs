@@ -142,9 +142,6 @@ pub async fn replay(args: Args) -> Result<()> {
 
 /// One measured replay; `Ok(false)` when the database does not match the model.
 async fn run(args: &Args) -> Result<bool> {
-    if args.mode == Mode::ConsumeOnly {
-        bail!("--mode consume-only has no database work to replay");
-    }
     if args.batch_size == 0 || args.partitions < 1 || args.pool_size == 0 {
         bail!("--batch-size, --partitions and --pool-size must be at least 1");
     }

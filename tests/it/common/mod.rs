@@ -166,6 +166,7 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
             },
             batching: Default::default(),
             max_poison_rate: None,
+            consume_only: false,
             unsafe_controls: Default::default(),
         },
         id_header: "id".to_owned(),
@@ -369,6 +370,7 @@ pub fn worker_settings(mode: Mode, max_items: usize, max_bytes: usize) -> Worker
         retry: RetryPolicy::default(),
         batching: Default::default(),
         max_poison_rate: None,
+        consume_only: false,
         unsafe_controls: Default::default(),
     }
 }
