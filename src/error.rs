@@ -9,6 +9,21 @@ use tokio_postgres::error::SqlState;
 
 use crate::secret::{scrub, sensitive_values};
 
+/// An error with its causes, each once (a wrapper that displays its cause is not repeated).
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !text.ends_with(&c_text) {
+            text.push_str(": ");
+            text.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// True when a PostgreSQL error is transient: the same work may succeed when retried.
 pub fn is_retryable_db(err: &tokio_postgres::Error) -> bool {
     if err.is_closed() {

@@ -31,7 +31,7 @@ use deadpool_postgres::Pool;
 
 pub use crate::dead_letter::stored::table;
 pub use crate::dead_letter::{Listed, Position};
-use crate::error::{Fault, InboxError};
+use crate::error::{chain, Fault, InboxError};
 use crate::handler::Handler;
 use crate::reason::Reason;
 use crate::sql::redrive::{LIST, PREVIEW_PARKED};
@@ -145,21 +145,6 @@ impl RedriveError {
             }
         }
     }
-}
-
-/// An error with its causes, each once (a wrapper that displays its cause is not repeated).
-pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        let c_text = c.to_string();
-        if !text.ends_with(&c_text) {
-            text.push_str(": ");
-            text.push_str(&c_text);
-        }
-        cause = c.source();
-    }
-    text
 }
 
 /// Which dead letters `dead-letters list` shows.

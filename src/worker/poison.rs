@@ -232,18 +232,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
 
 /// An error with its chain of causes (a database error's text is in its source).
 pub(super) fn describe(error: &InboxError) -> String {
-    let mut text = error.to_string();
-    let mut cause = std::error::Error::source(error);
-    while let Some(c) = cause {
-        // A wrapper that displays its cause (thiserror's `{0}` with `#[from]`) is not repeated.
-        let c_text = c.to_string();
-        if !text.ends_with(&c_text) {
-            text.push_str(": ");
-            text.push_str(&c_text);
-        }
-        cause = c.source();
-    }
-    text
+    crate::error::chain(error)
 }
 
 /// Pushes the halves of a failed part: the left one on top, so it runs first.

@@ -7,10 +7,10 @@ use crate::common;
 use crate::common::blackhole::BlackHole;
 use crate::common::broker::Broker;
 use crate::common::child::Running;
-use crate::common::group::OffsetReader;
 use crate::common::http;
 use crate::common::raw_producer::RawRecord;
 use crate::sql_handler::{count, produce, record};
+use crate::stalls::wait_until_committed;
 use std::time::Duration;
 
 use batch_inbox_tools::generate::{generate, GeneratorSettings};
@@ -100,14 +100,7 @@ async fn a_black_holed_connection_is_given_up_and_the_partition_recovers() {
     assert!(line.contains("will retry"), "{line}");
     proxy.resume();
 
-    let offsets = OffsetReader::new(&broker.addr, &group, &topic, 2);
-    let ends = offsets.ends();
-    http::poll(
-        Duration::from_secs(120),
-        "the group to commit the topic",
-        || async { offsets.committed().is_some_and(|c| c == ends).then_some(()) },
-    )
-    .await;
+    wait_until_committed(&broker, &group, &topic, 2).await;
     let finished = run.stop().await;
     assert_eq!(finished.code, Some(0), "{}", finished.stderr);
     let observed = observe(&**pool.get().await.unwrap()).await.unwrap();

@@ -43,6 +43,23 @@ fn stall_retries(metrics: &str, sqlstate: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Waits (at most 120 s) until `group` has committed every partition of `topic` to its end.
+pub(crate) async fn wait_until_committed(
+    broker: &Broker,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) {
+    let offsets = OffsetReader::new(&broker.addr, group, topic, partitions);
+    let ends = offsets.ends();
+    http::poll(
+        Duration::from_secs(120),
+        "the group to commit the topic",
+        || async { offsets.committed().is_some_and(|c| c == ends).then_some(()) },
+    )
+    .await;
+}
+
 /// An operator's mistake and its fix.
 struct Case<'a> {
     name: &'a str,
@@ -167,14 +184,7 @@ async fn stalls_then_resumes(case: Case<'_>) {
     );
 
     exec(&pool, &fix_sql).await;
-    let offsets = OffsetReader::new(&broker.addr, &group, &topic, 2);
-    let ends = offsets.ends();
-    http::poll(
-        Duration::from_secs(120),
-        "the group to commit the topic",
-        || async { offsets.committed().is_some_and(|c| c == ends).then_some(()) },
-    )
-    .await;
+    wait_until_committed(&broker, &group, &topic, 2).await;
     let (status, body) = http::get(addr, "/readyz").await;
     assert_eq!(status, 200, "{body}");
     let (_, metrics) = http::get(addr, "/metrics").await;
