@@ -130,8 +130,23 @@ FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
 WHERE b.account_id = v.account_id AND b.amount BETWEEN v.need AND v.headroom
 RETURNING b.account_id";
 
+    /// The planner settings of a batch's ledger statements, sent (in the round trip of its
+    /// first statement) before any of them runs, so that every plan the transaction makes or
+    /// reuses, custom or generic, was made under them. Each statement looks rows up by key in a
+    /// batch's sorted accounts: without them, a generic plan made while `balances` was empty or
+    /// small hashes the whole table (a `Hash Join` over a `Seq Scan`, kept by the connection as
+    /// the table grows) and locks rows in heap order instead of ascending account order.
+    /// Turned off, the only plan left is a nested loop of primary-key probes in the batch's
+    /// order. `SET LOCAL` ends with the transaction.
+    pub const PLANNER: &str = "SET LOCAL enable_hashjoin = off; \
+SET LOCAL enable_mergejoin = off; SET LOCAL enable_seqscan = off";
+
     /// Before the exact path's lock without waiting.
     pub const SAVEPOINT: &str = "SAVEPOINT ledger_optimistic";
+
+    /// [`PLANNER`] and [`SAVEPOINT`], in one simple query.
+    pub const PLANNER_AND_SAVEPOINT: &str = "SET LOCAL enable_hashjoin = off; \
+SET LOCAL enable_mergejoin = off; SET LOCAL enable_seqscan = off; SAVEPOINT ledger_optimistic";
 
     /// Back out of a lock that would wait.
     pub const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT ledger_optimistic";

@@ -8,6 +8,10 @@
 //!    path: locked in ascending order, created at 0 when missing, the rules run in memory
 //!    ([`super::apply_indexed`]), the changed balances written with one statement.
 //!
+//! Every plan is a nested loop of primary-key probes in the batch's ascending account order,
+//! whatever the table's statistics: the transaction's first round trip turns hash joins, merge
+//! joins and sequential scans off for it ([`PLANNER`]).
+//!
 //! Invariant: no batch waits for a row lock out of ascending account order while it holds
 //! balance locks, so batches over the same existing accounts never deadlock. Step 1 locks in
 //! ascending order; step 2 would lock below rows step 1 holds, so it does not wait: it locks
@@ -25,8 +29,8 @@ use crate::error::HandlerError;
 use crate::handler::Rejection;
 use crate::message::Message;
 use crate::sql::ledger::{
-    ENSURE_ACCOUNTS, GUARDED_UPDATE, LOCK_ACCOUNTS, LOCK_ACCOUNTS_NOWAIT, ROLLBACK_TO_SAVEPOINT,
-    SAVEPOINT, WRITE_BALANCES,
+    ENSURE_ACCOUNTS, GUARDED_UPDATE, LOCK_ACCOUNTS, LOCK_ACCOUNTS_NOWAIT, PLANNER,
+    PLANNER_AND_SAVEPOINT, ROLLBACK_TO_SAVEPOINT, WRITE_BALANCES,
 };
 use crate::Transaction;
 
@@ -51,7 +55,7 @@ pub(super) async fn handle(
     let accounts: Vec<i64> = guards.iter().map(|(account, _)| *account).collect();
     let fast: Vec<Guard> = guards.iter().filter_map(|(_, g)| *g).collect();
     if fast.is_empty() {
-        return apply_exact(tx, messages, &accounts, Locking::Wait).await;
+        return apply_exact(tx, messages, &accounts, Locking::Wait, Some(PLANNER)).await;
     }
     let updated = update_guarded(tx, &fast).await?;
     let exact: Vec<i64> = accounts
@@ -66,16 +70,17 @@ pub(super) async fn handle(
         true => Locking::Wait,
         false => Locking::NoWait,
     };
-    match apply_exact(tx, messages, &exact, locking).await {
+    match apply_exact(tx, messages, &exact, locking, None).await {
         Err(HandlerError::Db(e)) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
             tx.batch_execute(ROLLBACK_TO_SAVEPOINT).await?;
-            apply_exact(tx, messages, &accounts, Locking::Wait).await
+            apply_exact(tx, messages, &accounts, Locking::Wait, None).await
         }
         other => other,
     }
 }
 
-/// The optimistic update, after a savepoint (sent in the same round trip): applies each guard
+/// The optimistic update, after the planner settings and a savepoint (sent in the same round
+/// trip): applies each guard
 /// whose account's balance lies in its range, in ascending account order (the guards are
 /// sorted); returns the accounts it updated.
 async fn update_guarded(
@@ -88,19 +93,24 @@ async fn update_guarded(
     let update = tx.prepare_cached(GUARDED_UPDATE).await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
         [&accounts, &deltas, &needs, &headrooms];
-    let (_, rows) = futures::try_join!(tx.batch_execute(SAVEPOINT), tx.query(&update, &params))?;
+    let (_, rows) = futures::try_join!(
+        tx.batch_execute(PLANNER_AND_SAVEPOINT),
+        tx.query(&update, &params)
+    )?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// The exact path for `accounts` (ascending): lock them (creating missing ones), apply their
-/// entries in partition order in memory, write the balances that changed.
+/// entries in partition order in memory, write the balances that changed. `prelude`, when the
+/// transaction has not sent it yet, goes in the round trip of the first lock.
 async fn apply_exact(
     tx: &Transaction<'_>,
     messages: &[Message<Entry>],
     accounts: &[i64],
     locking: Locking,
+    prelude: Option<&str>,
 ) -> Result<Vec<Rejection>, HandlerError> {
-    let before = lock_accounts(tx, accounts, locking).await?;
+    let before = lock_accounts(tx, accounts, locking, prelude).await?;
     let mut balances = before.clone();
     let exact: HashSet<i64> = accounts.iter().copied().collect();
     let entries = messages
@@ -128,6 +138,7 @@ async fn lock_accounts(
     tx: &Transaction<'_>,
     accounts: &[i64],
     locking: Locking,
+    prelude: Option<&str>,
 ) -> Result<HashMap<i64, i64>, HandlerError> {
     let lock = tx
         .prepare_cached(match locking {
@@ -135,12 +146,12 @@ async fn lock_accounts(
             Locking::NoWait => LOCK_ACCOUNTS_NOWAIT,
         })
         .await?;
-    let mut balances: HashMap<i64, i64> = tx
-        .query(&lock, &[&accounts])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&accounts];
+    let rows = match prelude {
+        Some(sql) => futures::try_join!(tx.batch_execute(sql), tx.query(&lock, &params))?.1,
+        None => tx.query(&lock, &params).await?,
+    };
+    let mut balances: HashMap<i64, i64> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     let missing: Vec<i64> = accounts
         .iter()
         .copied()

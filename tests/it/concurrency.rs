@@ -195,9 +195,15 @@ fn mixed_record(offset: i64, id: &str, account: i64, debit: bool) -> batch_inbox
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_whose_optimistic_and_exact_accounts_cross_never_deadlock() {
-    let (_, pool) = fresh_db("crossing_paths").await;
+    crossing("crossing_paths", 6, 300).await;
+}
+
+/// `rounds` of two concurrent batches over accounts `1..=n`, each crediting half of them and
+/// refused (a debit of an empty account) on the other half, in opposite orders.
+async fn crossing(name: &str, n: i64, rounds: i64) {
+    let (_, pool) = fresh_db(name).await;
     let inbox = Arc::new(Inbox::new(pool.clone(), Arc::new(Ledger), "id"));
-    let accounts: Vec<i64> = (1..=6).collect();
+    let accounts: Vec<i64> = (1..=n).collect();
     let mut next = 0u32;
     let mut id = || {
         next += 1;
@@ -211,7 +217,6 @@ async fn batches_whose_optimistic_and_exact_accounts_cross_never_deadlock() {
         .apply_batch("t", 0, &inbox.decode(create))
         .await
         .unwrap();
-    let rounds = 300i64;
     for round in 0..rounds {
         // Side A credits the odd accounts and is refused on the even ones; side B the reverse,
         // in the opposite order. Each side's optimistic update locks the accounts the other
@@ -226,7 +231,7 @@ async fn batches_whose_optimistic_and_exact_accounts_cross_never_deadlock() {
                 .enumerate()
                 .map(|(i, a)| {
                     let debit = (a % 2 == 1) != odd_credits;
-                    mixed_record(100 + round * 10 + i as i64, &id(), *a, debit)
+                    mixed_record(n * 2 + round * n + i as i64, &id(), *a, debit)
                 })
                 .collect();
             sides.push(inbox.decode(records));
@@ -236,7 +241,13 @@ async fn batches_whose_optimistic_and_exact_accounts_cross_never_deadlock() {
         let a = tokio::spawn(async move { i1.apply_batch("t", 0, &left).await });
         let b = tokio::spawn(async move { i2.apply_batch("t", 1, &right).await });
         match (a.await.unwrap(), b.await.unwrap()) {
-            (Ok(a), Ok(b)) => assert_eq!((a.rejected, b.rejected), (3, 3), "round {round}"),
+            (Ok(a), Ok(b)) => {
+                assert_eq!(
+                    (a.rejected, b.rejected),
+                    (n as u64 / 2, n as u64 / 2),
+                    "round {round}"
+                )
+            }
             other => panic!("round {round}: {other:?}"),
         }
     }
@@ -246,5 +257,66 @@ async fn batches_whose_optimistic_and_exact_accounts_cross_never_deadlock() {
         t.balances, expected,
         "every credit applied once, every debit refused"
     );
-    assert_eq!(t.dead_letters.len() as i64, rounds * 6);
+    assert_eq!(t.dead_letters.len() as i64, rounds * n);
+}
+
+/// A batch locks its accounts in ascending order whatever the plan its connection keeps: on 1,000
+/// accounts written in descending order (so that heap order is the reverse of account order),
+/// with generic plans forced, a batch crediting accounts 1 and 1,000 waits for account 1, which
+/// another session holds, without holding account 1,000 meanwhile. (A hash join over
+/// `balances` would lock in heap order: account 1,000 first.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_locks_its_accounts_in_ascending_order_whatever_the_plan() {
+    let (url, pool) = fresh_db("lock_order").await;
+    pool.get()
+        .await
+        .unwrap()
+        .batch_execute(
+            "INSERT INTO balances SELECT a, 0 FROM generate_series(1000, 1, -1) a; ANALYZE balances",
+        )
+        .await
+        .unwrap();
+    let generic = format!("{url}?options=-c%20plan_cache_mode%3Dforce_generic_plan");
+    let batch_pool = batch_inbox::db::connect(&generic, 1).await.unwrap();
+    let inbox = Arc::new(Inbox::new(batch_pool, Arc::new(Ledger), "id"));
+
+    let mut holder = pool.get().await.unwrap();
+    let held = holder.transaction().await.unwrap();
+    held.batch_execute("SELECT 1 FROM balances WHERE account_id = 1 FOR UPDATE")
+        .await
+        .unwrap();
+    let records = vec![
+        ledger_record(0, &uuid(1), 1, 5),
+        ledger_record(1, &uuid(2), 1000, 7),
+    ];
+    let decoded = inbox.decode(records);
+    let i = inbox.clone();
+    let batch = tokio::spawn(async move { i.apply_batch("t", 0, &decoded).await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sessions_waiting_on_a_lock(&pool).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut probe = pool.get().await.unwrap();
+    let p = probe.transaction().await.unwrap();
+    let free = p
+        .query(
+            "SELECT 1 FROM balances WHERE account_id = 1000 FOR UPDATE NOWAIT",
+            &[],
+        )
+        .await;
+    drop(p);
+    assert!(
+        free.is_ok(),
+        "the waiting batch holds account 1000: it locked out of ascending order ({free:?})"
+    );
+    held.commit().await.unwrap();
+    let outcome = batch.await.unwrap().unwrap();
+    assert_eq!((outcome.new, outcome.rejected), (2, 0));
+    let t = tables(&pool).await;
+    let changed: Vec<(i64, i64)> = t.balances.into_iter().filter(|(_, b)| *b != 0).collect();
+    assert_eq!(changed, vec![(1, 5), (1000, 7)]);
 }

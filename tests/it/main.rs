@@ -26,6 +26,7 @@ mod paced_producer;
 mod panic;
 mod partitions;
 mod pipeline;
+mod plans;
 mod poison;
 mod readyz;
 mod rebalance;
