@@ -272,7 +272,12 @@ pub async fn apply_batch<H: Handler>(
         .filter(|m| new_ids.contains(&m.id))
         .cloned()
         .collect();
-    let rejections = handler.handle(&tx, &fresh).await?;
+    // One new message takes the handler's one-message path (the per-message baseline's
+    // statements), in the same transaction shape.
+    let rejections = match fresh.as_slice() {
+        [only] => handler.handle_one(&tx, only).await?.into_iter().collect(),
+        _ => handler.handle(&tx, &fresh).await?,
+    };
     timings.handler = lap(&mut clock);
 
     let mut letters = batch.dead_letters.clone();
@@ -334,28 +339,10 @@ pub async fn apply_one<H: Handler>(
     };
     let mut letters = record.dead_letters.clone();
     if let Some(message) = record.messages.first() {
-        let offset = message.raw.offset;
-        let row = match target {
-            None => {
-                let stmt = tx.prepare_cached(INSERT_ONE_ID).await?;
-                tx.query_opt(&stmt, &[&message.id, &topic, &partition, &offset])
-                    .await?
-            }
-            Some(t) => {
-                let stmt = tx.prepare_cached(INSERT_ONE_ID_AND_OFFSET).await?;
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
-                    &message.id,
-                    &topic,
-                    &partition,
-                    &offset,
-                    &t.group,
-                    &t.next_offset,
-                ];
-                tx.query_opt(&stmt, &params).await?
-            }
-        };
+        let at = (topic, partition);
+        let new = insert_one_id(&tx, at, message.id, message.raw.offset, target).await?;
         outcome.timings.dedup = lap(&mut clock);
-        if row.is_some() {
+        if !new.is_empty() {
             outcome.new = 1;
             if let Some(rejection) = handler.handle_one(&tx, message).await? {
                 outcome.rejected = 1;
@@ -397,6 +384,9 @@ async fn insert_ids<P>(
     // the same order and cannot deadlock. (Ids are unique here: in-batch copies are gone.)
     let mut pairs: Vec<(Uuid, i64)> = messages.iter().map(|m| (m.id, m.raw.offset)).collect();
     pairs.sort_unstable();
+    if let [(id, offset)] = pairs[..] {
+        return insert_one_id(tx, (topic, partition), id, offset, target).await;
+    }
     let (ids, offsets): (Vec<Uuid>, Vec<i64>) = pairs.into_iter().unzip();
     let rows = match target {
         None => {
@@ -412,6 +402,30 @@ async fn insert_ids<P>(
         }
     };
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// [`insert_ids`] of one id, with the per-message statement (one row, no arrays).
+async fn insert_one_id(
+    tx: &Transaction<'_>,
+    (topic, partition): (&str, i32),
+    id: Uuid,
+    offset: i64,
+    target: Option<OffsetTarget<'_>>,
+) -> Result<HashSet<Uuid>, InboxError> {
+    let row = match target {
+        None => {
+            let stmt = tx.prepare_cached(INSERT_ONE_ID).await?;
+            tx.query_opt(&stmt, &[&id, &topic, &partition, &offset])
+                .await?
+        }
+        Some(t) => {
+            let stmt = tx.prepare_cached(INSERT_ONE_ID_AND_OFFSET).await?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+                [&id, &topic, &partition, &offset, &t.group, &t.next_offset];
+            tx.query_opt(&stmt, &params).await?
+        }
+    };
+    Ok(row.map(|r| r.get(0)).into_iter().collect())
 }
 
 /// The dead letter of `rejection`. An index outside the handler's slice is the handler's bug,
