@@ -25,6 +25,7 @@
 #
 # Overridable: MESSAGES, ACCOUNTS, PARTITIONS, DUPLICATE_RATIO, BAD_RATIO, DEBIT_RATIO, ID_VERSION,
 # BATCH_SIZES, SQL_BATCH_SIZE (the SQL handler's batched run), LATENCY_RUNS (batch size:percent of the best batched throughput[:natural]),
+# DEFAULT_RATES (msgs/s of the default-settings runs at fixed rates, each with its floor),
 # LIGHT_RATE (msgs/s of the default-settings runs), LATENCY_SECONDS, WARMUP_S, LINGER_MS, POOL_SIZE,
 # REMOTE_MESSAGES, REMOTE_DELAYS_MS, SCALE_OUT, KAFKA_BROKERS, OUT.
 set -euo pipefail
@@ -36,6 +37,7 @@ quick=0
 if [ "$quick" = 1 ]; then
   MESSAGES=${MESSAGES:-40000}; ACCOUNTS=${ACCOUNTS:-5000}
   BATCH_SIZES=${BATCH_SIZES:-"1 100 1000"}; LATENCY_RUNS=${LATENCY_RUNS:-"1000:50"}
+  DEFAULT_RATES=${DEFAULT_RATES:-"1000 5000"}
   LATENCY_SECONDS=${LATENCY_SECONDS:-10}; OUT=${OUT:-target/loadtest-quick}
   REMOTE_MESSAGES=${REMOTE_MESSAGES:-2000}; REMOTE_DELAYS_MS=${REMOTE_DELAYS_MS:-"2"}
   SCALE_OUT=${SCALE_OUT:-"2"}
@@ -43,6 +45,7 @@ else
   MESSAGES=${MESSAGES:-1000000}; ACCOUNTS=${ACCOUNTS:-100000}
   BATCH_SIZES=${BATCH_SIZES:-"1 10 100 500 1000 5000"}
   LATENCY_RUNS=${LATENCY_RUNS:-"100:25 500:25 1000:25 500:50 1000:50 1000:25:natural 1000:50:natural"}
+  DEFAULT_RATES=${DEFAULT_RATES:-"1000 5000 10000 20000"}
   LATENCY_SECONDS=${LATENCY_SECONDS:-20}; OUT=${OUT:-results}
   REMOTE_MESSAGES=${REMOTE_MESSAGES:-20000}; REMOTE_DELAYS_MS=${REMOTE_DELAYS_MS:-"0.5 2"}
   SCALE_OUT=${SCALE_OUT:-"1 2 4"}
@@ -238,11 +241,13 @@ latency_run() {
   # Warm-up: a consumer's first fetch after an assignment comes up to about 0.5 s later (its
   # offset lookup); records produced meanwhile would measure the start-up, not the steady state.
   sleep "$WARMUP_S"
+  cpu_mark "$label" start
   $bench produce --topic "$topic" --messages "$n" --accounts "$ACCOUNTS" --rate "$rate" \
     --duplicate-ratio "$DUPLICATE_RATIO" --bad-ratio "$BAD_RATIO" --debit-ratio "$DEBIT_RATIO" \
     --id-version "$ID_VERSION" --seed 2 --expect "$work/$label.expected.json" \
     --ack-report "$work/$label.acks.json" >/dev/null
   wait "$run_pid" || { cat "$work/$label.err" >&2; return 1; }
+  cpu_mark "$label" stop
   # The producer's side of each record's latency (timestamp to the broker's acknowledgement).
   python3 - "$runs/$label.json" "$work/$label.acks.json" <<'PY'
 import json, sys
@@ -349,6 +354,15 @@ for run in $LATENCY_RUNS; do
   latency_run "latency$tag-b$size-r$percent" "$rate" "${processor[@]}" --batch-size "$size" \
     --batch-linger-ms "$linger" --batching "${batching:-linger}"
   floor_run "$rate"
+done
+# The default settings (natural batching, no minimum wait) at fixed rates, each with its floor.
+# The per-message baseline at the same rates, where it keeps up (about 5,000 msgs/s here).
+for rate in $DEFAULT_RATES; do
+  latency_run "default-r$rate" "$rate" "${processor[@]}"
+  floor_run "$rate"
+  if [ "$rate" -le "${PER_MESSAGE_MAX_RATE:-5000}" ]; then
+    latency_run "permessage-r$rate" "$rate" "${processor[@]}" --mode per-message
+  fi
 done
 # Light traffic with the default batch settings and each batching (natural without a minimum
 # wait); machine.json names the default.

@@ -82,6 +82,7 @@ pub fn write(input: &Path, output: &Path) -> Result<Vec<PathBuf>, SummaryError> 
     ];
     let [md, tp, dist, lat] = files.map(|f| output.join(f));
     let mut text = render(&machine, &runs);
+    text.push_str(&rates::section(&runs, &samples));
     text.push_str(&sections::replay(&runs, &replays));
     text.push_str(&sections::scale_out(&runs, &samples));
     text.push_str(&sections::remote(&runs));
@@ -125,6 +126,7 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, SummaryError> {
 
 mod cpu;
 mod plots;
+mod rates;
 mod sections;
 mod targets;
 

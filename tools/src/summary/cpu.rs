@@ -14,10 +14,10 @@ use crate::report::RunReport;
 pub(super) struct CpuSample {
     wall_s: f64,
     machine_cpu_s: f64,
-    broker_cpu_s: f64,
+    pub(super) broker_cpu_s: f64,
     /// PostgreSQL's processes (absent in samples of older load tests).
     #[serde(default)]
-    postgres_cpu_s: Option<f64>,
+    pub(super) postgres_cpu_s: Option<f64>,
 }
 
 /// The CPU samples by run label.
