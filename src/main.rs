@@ -222,7 +222,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(file) = stats_file {
-        if let Err(e) = file.finish() {
+        if let Err(e) = file.finish().await {
             tracing::warn!("cannot write the stats file: {e}");
         }
     }

@@ -48,9 +48,12 @@ impl StatsFile {
         }
     }
 
-    /// Stops the periodic rewrite and writes the final report.
-    pub fn finish(self) -> std::io::Result<()> {
+    /// Stops the periodic rewrite, waits until a rewrite in progress is done (an abort cannot
+    /// stop a blocking write halfway, and two writers would share the temporary file: the second
+    /// rename would find it gone), then writes the final report.
+    pub async fn finish(self) -> std::io::Result<()> {
         self.task.abort();
+        let _ = self.task.await;
         write(&self.path, &self.settings, &self.stats)
     }
 }
@@ -191,7 +194,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         stats.retries.store(4, Relaxed);
-        writer.finish().expect("the final report");
+        writer.finish().await.expect("the final report");
         let report = read(&path).expect("a complete report");
         assert_eq!(
             (report.stats.retries, report.format),

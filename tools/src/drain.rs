@@ -289,7 +289,7 @@ pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
         stop_signal(),
     )
     .await;
-    file.finish()?;
+    file.finish().await?;
     result?;
     let s = stats.snapshot();
     println!("records {} (consume-only)", s.records);
