@@ -48,6 +48,18 @@ pub enum ConfigError {
         /// The parser's message.
         message: String,
     },
+    /// The subcommand does not read a config file: its settings would be silently ignored (the
+    /// database URL of the file among them).
+    #[error(
+        "config file {path}: `{subcommand}` does not read a config file; pass its settings as \
+         flags or environment variables (DATABASE_URL, --handler, --apply-sql)"
+    )]
+    NotRead {
+        /// The file.
+        path: PathBuf,
+        /// The subcommand.
+        subcommand: String,
+    },
     /// A key names no flag.
     #[error("config file {path}: unknown key `{key}` (keys are long flag names: {known})")]
     UnknownKey {
@@ -108,6 +120,14 @@ where
     let mut injected = BTreeSet::new();
     let mut merged = args.clone();
     if let Some(path) = sub_matches.get_one::<PathBuf>("config") {
+        // `dead-letters list|redrive` have flags of their own one level down, which the file
+        // does not reach: refusing is safer than a redrive against the default database.
+        if sub == "dead-letters" {
+            return Err(ConfigError::NotRead {
+                path: path.clone(),
+                subcommand: sub.to_owned(),
+            });
+        }
         let table = read_table(path)?;
         check_keys(&cmd, path, &table)?;
         let sub_cmd = cmd

@@ -93,6 +93,30 @@ fn flags_beat_the_file_which_beats_defaults() {
     );
 }
 
+/// The `dead-letters` commands would not see the file's settings (its database URL among them):
+/// they refuse it instead of re-driving against the default database.
+#[test]
+fn the_dead_letter_commands_refuse_a_config_file() {
+    let path = write(
+        "dead-letters",
+        "database-url = \"postgres://elsewhere/db\"\n",
+    );
+    for sub in ["list", "redrive"] {
+        let loaded = load([
+            "batch-inbox",
+            "dead-letters",
+            sub,
+            "--config",
+            path.to_str().unwrap(),
+        ]);
+        let Err(err) = loaded else {
+            panic!("{sub}: the file was accepted")
+        };
+        assert!(matches!(err, ConfigError::NotRead { .. }), "{sub}: {err}");
+        assert!(err.to_string().contains("DATABASE_URL"), "{err}");
+    }
+}
+
 #[test]
 fn an_unknown_key_is_refused_with_the_file_and_the_key() {
     let path = write("unknown", "batch-size = 10\nbatch-sise = 20\n");
