@@ -3,7 +3,12 @@
 in code, not in comments or unit tests), and any cycle among them.
 
     scripts/module-graph.py           print the graph and the cycles
-    scripts/module-graph.py --check   the same; exit 1 when there is a cycle (CI runs this)
+    scripts/module-graph.py --check   the same; exit 1 when there is a cycle or a back edge to the
+                                      root (CI runs this)
+
+A back edge to the root is a module naming an item through the crate root (`crate::Handler`,
+`use crate::{Stats, …}`) instead of through the module that defines it: the root re-exports for
+users only, and an import through it hides the real dependency.
 """
 import glob
 import os
@@ -18,12 +23,36 @@ def module_of(path):
     return rel.split(os.sep)[0].removesuffix(".rs")
 
 
-def uses(text):
+def code_of(text):
     text = re.split(r"#\[cfg\(test\)\]\s*mod tests", text)[0]
-    code = "\n".join(l for l in text.split("\n") if not l.strip().startswith("//"))
-    found = set(re.findall(r"crate::([a-z_]+)", code))
-    for group in re.findall(r"use crate::\{([^}]*)\}", code):
+    return "\n".join(l for l in text.split("\n") if not l.strip().startswith("//"))
+
+
+def names(code):
+    """Every first segment after `crate::`, including those inside `use crate::{…}` groups."""
+    found = set(re.findall(r"crate::([A-Za-z_][A-Za-z0-9_]*)", code))
+    for group in re.findall(r"use crate::\{([^}]*)\}", code, re.S):
         found |= {x.strip().split("::")[0] for x in group.split(",") if x.strip()}
+    return found
+
+
+def uses(text):
+    return {n for n in names(code_of(text)) if n[0].islower()}
+
+
+def module_exists(name):
+    return os.path.exists(os.path.join(SRC, name + ".rs")) or os.path.isdir(os.path.join(SRC, name))
+
+
+def back_edges():
+    """(file, name) for every item a module takes from the crate root instead of its module."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(SRC, "**", "*.rs"), recursive=True)):
+        if module_of(path) in ("main", "lib"):
+            continue
+        for name in sorted(names(code_of(open(path).read()))):
+            if name not in ("self", "super") and not module_exists(name):
+                found.append((os.path.relpath(path, SRC), name))
     return found
 
 
@@ -62,7 +91,9 @@ def main():
         print(f"{module:16} -> {', '.join(sorted(edges[module])) or '(nothing)'}")
     found = cycles(edges)
     print("cycles: " + ("; ".join(" -> ".join(c) for c in found) if found else "none"))
-    if "--check" in sys.argv and found:
+    back = back_edges()
+    print("back edges to the root: " + (", ".join(f"{f} uses crate::{n}" for f, n in back) if back else "none"))
+    if "--check" in sys.argv and (found or back):
         sys.exit(1)
 
 

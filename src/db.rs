@@ -11,6 +11,10 @@ use deadpool_postgres::{Hook, HookError, ManagerConfig, Pool, RecyclingMethod, R
 
 use crate::error::DbError;
 
+/// The transaction a batch runs in, and that a [`Handler`](crate::Handler) works in: the pool's
+/// (deadpool-postgres) transaction, so that a handler can use every `tokio_postgres` call on it.
+pub use deadpool_postgres::Transaction;
+
 /// One schema migration.
 #[derive(Debug, Clone, Copy)]
 pub struct Migration {

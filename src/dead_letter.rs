@@ -4,7 +4,7 @@
 //! by (topic, partition, offset), so a redelivered batch adds no second record. Whatever bytes a
 //! record holds, its row can be stored (module `row`).
 
-use crate::Transaction;
+use crate::db::Transaction;
 use serde_json::Value;
 
 use crate::message::DeadLetter;

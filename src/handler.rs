@@ -7,7 +7,7 @@
 
 use std::future::Future;
 
-use crate::Transaction;
+use crate::db::Transaction;
 
 use crate::error::HandlerError;
 use crate::message::{Decode, Message};

@@ -35,7 +35,7 @@ pub use crate::outcome::{StageTimings, TxOutcome};
 use crate::reason::ReasonCounts;
 use crate::sql::{INSERT_IDS, INSERT_IDS_AND_OFFSET, INSERT_ONE_ID, INSERT_ONE_ID_AND_OFFSET};
 use crate::unsafe_controls::UnsafeControls;
-use crate::Transaction;
+use crate::db::Transaction;
 
 mod refused;
 mod variants;

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::Transaction;
+use crate::db::Transaction;
 use serde::Deserialize;
 
 use crate::error::HandlerError;

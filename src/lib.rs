@@ -97,8 +97,7 @@ mod worker;
 
 pub use batcher::BatcherSettings;
 pub use consumer::KafkaSettings;
-/// The transaction a handler works in.
-pub use deadpool_postgres::Transaction;
+pub use db::Transaction;
 pub use error::{DbError, HandlerError, InboxError, KafkaClientError, RunError};
 pub use handler::{Handler, Rejection};
 pub use inbox::Mode;

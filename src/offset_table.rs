@@ -10,7 +10,7 @@ use deadpool_postgres::Pool;
 
 use crate::error::InboxError;
 use crate::sql::{READ_OFFSETS as READ, READ_TOPIC_OFFSETS as READ_TOPIC, UPSERT_OFFSET as UPSERT};
-use crate::Transaction;
+use crate::db::Transaction;
 
 /// Where a transaction records its partition's next offset.
 #[derive(Debug, Clone, Copy)]

@@ -55,7 +55,7 @@ impl ProcessorConfig {
         Self {
             kafka,
             worker: WorkerSettings {
-                mode: crate::Mode::Batched,
+                mode: crate::inbox::Mode::Batched,
                 batcher: crate::batcher::BatcherSettings {
                     max_items: defaults::BATCH_SIZE,
                     max_bytes: defaults::BATCH_MAX_BYTES,

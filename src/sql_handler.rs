@@ -18,7 +18,7 @@ use tokio_postgres::types::Type;
 use crate::error::HandlerError;
 use crate::handler::{Handler, Rejection};
 use crate::message::Message;
-use crate::Transaction;
+use crate::db::Transaction;
 
 mod input;
 mod rejections;

@@ -12,7 +12,7 @@ use super::{insert_ids, rejected_letter};
 use crate::error::InboxError;
 use crate::handler::{Handler, Rejection};
 use crate::message::{dedup_in_batch, Message};
-use crate::Transaction;
+use crate::db::Transaction;
 
 /// What [`apply_within`] did.
 #[derive(Debug)]

@@ -32,7 +32,7 @@ use crate::sql::ledger::{
     ENSURE_ACCOUNTS, GUARDED_UPDATE, LOCK_ACCOUNTS, LOCK_ACCOUNTS_NOWAIT, PLANNER,
     PLANNER_AND_SAVEPOINT, ROLLBACK_TO_SAVEPOINT, WRITE_BALANCES,
 };
-use crate::Transaction;
+use crate::db::Transaction;
 
 /// Whether the exact path may wait for a row lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use crate::handler::Handler;
 use crate::inbox::apply_within;
 use crate::message::{decode_batch, Decoded, Message, RawMessage};
 use crate::sql::redrive::{DELETE_OWN_INBOX_ROWS, LOCK_ONE, LOCK_PARKED, MARK};
-use crate::Transaction;
+use crate::db::Transaction;
 
 /// Which dead letters a transaction locks.
 #[derive(Debug, Clone, Copy)]
