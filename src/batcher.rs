@@ -25,16 +25,17 @@ pub struct BatcherSettings {
 }
 
 /// When an open batch closes, besides its size and byte limits.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Batching {
     /// `linger` after its first record.
-    #[default]
     Linger,
-    /// As soon as no more record is ready to be read (and at least `linger`, then a minimum
+    /// The product's default. As soon as no more record is ready to be read (and at least `linger`, then a minimum
     /// wait, after its first record): a record reaching an idle partition worker is applied at
     /// once, and the records that arrive while a transaction runs form the next batch.
+    #[default]
     Natural,
 }
+crate::names::named!(Batching { Linger = "linger", Natural = "natural" });
 
 /// A closed batch.
 #[derive(Debug, PartialEq, Eq)]

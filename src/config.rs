@@ -23,6 +23,13 @@ mod retention;
 pub use dead_letters::{DeadLettersArgs, DeadLettersCommand, ListArgs, RedriveArgs};
 pub use retention::{parse_retention, CleanupArgs, CleanupCommandArgs, MigrateArgs};
 
+/// The parser of a flag that takes one of a setting's names: the library's own `FromStr`, with
+/// the names listed in `--help` and in clap's error.
+fn named<T: crate::names::Named + Clone>() -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(T::NAMES).try_map(|s| s.parse::<T>())
+}
+
 /// Apply a Kafka topic to PostgreSQL exactly once, with a micro-batched transactional inbox.
 #[derive(Debug, Parser)]
 #[command(name = "batch-inbox", version, about, propagate_version = true)]
@@ -39,7 +46,7 @@ pub struct Cli {
         long,
         global = true,
         env = "BATCH_INBOX_LOG_FORMAT",
-        value_enum,
+        value_parser = named::<LogFormat>(),
         default_value_t = LogFormat::Text
     )]
     pub log_format: LogFormat,
@@ -104,7 +111,7 @@ impl std::fmt::Debug for KafkaArgs {
 #[derive(Debug, Clone, Args)]
 pub struct PipelineArgs {
     /// Transactions per micro-batch (`batched`) or per message (`per-message`, the baseline).
-    #[arg(long, env = "BATCH_INBOX_MODE", value_enum, default_value_t = Mode::Batched)]
+    #[arg(long, env = "BATCH_INBOX_MODE", value_parser = named::<Mode>(), default_value_t = Mode::Batched)]
     pub mode: Mode,
     /// Largest batch, in messages.
     #[arg(long, env = "BATCH_INBOX_BATCH_SIZE", default_value_t = defaults::BATCH_SIZE)]
@@ -120,7 +127,12 @@ pub struct PipelineArgs {
     pub batch_linger_ms: Option<u64>,
     /// When a batch closes besides its size limits: `natural` (as soon as no more record is
     /// ready, and no sooner than --batch-linger-ms) or `linger` (after --batch-linger-ms).
-    #[arg(long, env = "BATCH_INBOX_BATCHING", value_enum, default_value_t = defaults::BATCHING)]
+    #[arg(
+        long,
+        env = "BATCH_INBOX_BATCHING",
+        value_parser = named::<Batching>(),
+        default_value_t = defaults::BATCHING
+    )]
     pub batching: Batching,
     /// Largest batch, in bytes of keys, values, header names and values, plus 64 bytes per
     /// header and the size of a record's owned copy per record.

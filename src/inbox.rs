@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Client, Pool};
 use uuid::Uuid;
 
+use crate::db::Transaction;
 use crate::dead_letter::{self, RowForm};
 use crate::error::{HandlerError, InboxError};
 use crate::failpoint::failpoint;
@@ -35,7 +36,6 @@ pub use crate::outcome::{StageTimings, TxOutcome};
 use crate::reason::ReasonCounts;
 use crate::sql::{INSERT_IDS, INSERT_IDS_AND_OFFSET, INSERT_ONE_ID, INSERT_ONE_ID_AND_OFFSET};
 use crate::unsafe_controls::UnsafeControls;
-use crate::db::Transaction;
 
 mod refused;
 mod variants;
@@ -47,7 +47,7 @@ mod without_inbox;
 use without_inbox::apply_without_inbox;
 
 /// How messages are grouped into transactions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
     /// One transaction per micro-batch, one dedup statement per batch.
     #[default]
@@ -55,6 +55,7 @@ pub enum Mode {
     /// One transaction per message: the textbook inbox, kept as the baseline.
     PerMessage,
 }
+crate::names::named!(Mode { Batched = "batched", PerMessage = "per-message" });
 
 /// Runs inbox transactions for one handler.
 pub struct Inbox<H: Handler> {

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::stats::{Stats, StatsSnapshot};
 
 /// How log lines are written to stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -22,6 +22,7 @@ pub enum LogFormat {
     /// One JSON object per line (timestamp, level, target, fields).
     Json,
 }
+crate::names::named!(LogFormat { Text = "text", Json = "json" });
 
 /// Installs the global subscriber: `RUST_LOG` filters (default `info,rdkafka=warn`).
 pub fn init(format: LogFormat) {

@@ -244,10 +244,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 fn settings_of(args: &RunArgs) -> RunSettings {
     let p = &args.pipeline;
     RunSettings {
-        mode: p
-            .mode
-            .to_possible_value()
-            .map_or_else(String::new, |v| v.get_name().to_owned()),
+        mode: p.mode.to_string(),
         batch_size: p.batch_size.get() as u64,
         linger_ms: p.linger_ms(),
         pool_size: p.pool_size.get() as u64,

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 
 use deadpool_postgres::Pool;
 
+use crate::db::Transaction;
 use crate::error::InboxError;
 use crate::sql::{READ_OFFSETS as READ, READ_TOPIC_OFFSETS as READ_TOPIC, UPSERT_OFFSET as UPSERT};
-use crate::db::Transaction;
 
 /// Where a transaction records its partition's next offset.
 #[derive(Debug, Clone, Copy)]

@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use deadpool_postgres::{GenericClient, Pool};
 use tokio_postgres::types::Type;
 
+use crate::db::Transaction;
 use crate::error::HandlerError;
 use crate::handler::{Handler, Rejection};
 use crate::message::Message;
-use crate::db::Transaction;
 
 mod input;
 mod rejections;

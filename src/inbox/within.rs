@@ -9,10 +9,10 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::{insert_ids, rejected_letter};
+use crate::db::Transaction;
 use crate::error::InboxError;
 use crate::handler::{Handler, Rejection};
 use crate::message::{dedup_in_batch, Message};
-use crate::db::Transaction;
 
 /// What [`apply_within`] did.
 #[derive(Debug)]

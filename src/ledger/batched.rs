@@ -25,6 +25,7 @@ use tokio_postgres::error::SqlState;
 
 use super::guard::{self, Guard};
 use super::{apply_indexed, Entry};
+use crate::db::Transaction;
 use crate::error::HandlerError;
 use crate::handler::Rejection;
 use crate::message::Message;
@@ -32,7 +33,6 @@ use crate::sql::ledger::{
     ENSURE_ACCOUNTS, GUARDED_UPDATE, LOCK_ACCOUNTS, LOCK_ACCOUNTS_NOWAIT, PLANNER,
     PLANNER_AND_SAVEPOINT, ROLLBACK_TO_SAVEPOINT, WRITE_BALANCES,
 };
-use crate::db::Transaction;
 
 /// Whether the exact path may wait for a row lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,6 +13,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::{Selection, NOT_BY_DEFAULT};
+use crate::db::Transaction;
 use crate::dead_letter::{storable_detail, Parked, Position};
 use crate::error::InboxError;
 use crate::failpoint::failpoint;
@@ -20,7 +21,6 @@ use crate::handler::Handler;
 use crate::inbox::apply_within;
 use crate::message::{decode_batch, Decoded, Message, RawMessage};
 use crate::sql::redrive::{DELETE_OWN_INBOX_ROWS, LOCK_ONE, LOCK_PARKED, MARK};
-use crate::db::Transaction;
 
 /// Which dead letters a transaction locks.
 #[derive(Debug, Clone, Copy)]

@@ -168,6 +168,12 @@ pub struct DemoArgs {
     pub partitions: i32,
 }
 
+/// The parser of a flag that takes one of a product setting's names (`--mode per-message`).
+pub fn named<T: batch_inbox::Named + Clone>() -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(T::NAMES).try_map(|s| s.parse::<T>())
+}
+
 fn parse_id_version(s: &str) -> Result<u8, String> {
     match s {
         "4" => Ok(4),
