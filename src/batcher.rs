@@ -26,6 +26,7 @@ pub struct BatcherSettings {
 
 /// When an open batch closes, besides its size and byte limits.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Batching {
     /// `linger` after its first record.
     Linger,

@@ -100,6 +100,7 @@ pub fn classify_db(err: &tokio_postgres::Error) -> Fault {
 
 /// Failure of a handler's business logic.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HandlerError {
     /// A statement the handler ran failed; classified by its SQLSTATE ([`classify_state`]).
     #[error("handler statement failed: {0}")]
@@ -145,6 +146,7 @@ impl HandlerError {
 
 /// Failure of one inbox transaction (dedup, handler, dead letters, commit).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum InboxError {
     /// No connection could be had from the pool.
     #[error("database pool: {0}")]
@@ -248,6 +250,7 @@ impl InboxError {
 /// for configuration property "…"`), so a refused property keeps its key and the kind of problem
 /// only, and other creation errors have the sensitive values of the properties scrubbed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KafkaClientError {
     /// librdkafka refused a property.
     #[error("librdkafka property `{key}`: {problem} (its value is not shown)")]
@@ -282,6 +285,7 @@ impl KafkaClientError {
 
 /// Failure of the processor as a whole.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     /// Kafka client failure (subscription, commit at shutdown).
     #[error("kafka: {0}")]
@@ -329,6 +333,7 @@ pub enum RunError {
 
 /// Failure to set up the database (pool, migrations).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DbError {
     /// The database URL does not parse.
     #[error("invalid database URL: {0}")]

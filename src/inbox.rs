@@ -48,6 +48,7 @@ use without_inbox::apply_without_inbox;
 
 /// How messages are grouped into transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Mode {
     /// One transaction per micro-batch, one dedup statement per batch.
     #[default]

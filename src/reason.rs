@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 /// Why a message was not applied. The text form ([`Reason::as_str`]) is what is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Reason {
     /// No id header, a null one, or headers the client cannot parse.
     MissingId,

@@ -36,6 +36,7 @@ pub struct SqlHandler {
 
 /// Why a statement cannot be the SQL handler's.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SqlError {
     /// The file cannot be read.
     #[error("cannot read the file: {0}")]

@@ -48,6 +48,7 @@ pub struct Stats {
 
 /// A copy of [`Stats`] at one instant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct StatsSnapshot {
     /// Records in committed transactions.
     pub records: u64,

@@ -46,13 +46,8 @@ pub async fn run(
     let producer = crate::produce::producer(&brokers, &[])?;
     crate::produce::send_all(&producer, topic, records).await?;
 
-    let kafka = KafkaSettings {
-        brokers,
-        topic: topic.to_owned(),
-        group: "batch-inbox-demo".to_owned(),
-        partition_eof: true,
-        overrides: Vec::new(),
-    };
+    let mut kafka = KafkaSettings::new(brokers, topic, "batch-inbox-demo");
+    kafka.partition_eof = true;
     let start = Instant::now();
     let stats = batch_inbox::run(
         configure(kafka),
