@@ -9,37 +9,38 @@ use std::time::SystemTime;
 use crate::metrics::Measured;
 use crate::outcome::{BatchSample, TxOutcome};
 
-/// Counters since the processor started. Updated after each COMMIT.
+/// Counters since the processor started. Updated after each COMMIT; read them with
+/// [`Stats::snapshot`].
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Records in committed transactions.
-    pub records: AtomicU64,
+    pub(crate) records: AtomicU64,
     /// New ids handed to the handler.
-    pub new: AtomicU64,
+    pub(crate) new: AtomicU64,
     /// Records skipped as duplicates.
-    pub duplicates: AtomicU64,
+    pub(crate) duplicates: AtomicU64,
     /// New messages the handler rejected.
-    pub rejected: AtomicU64,
+    pub(crate) rejected: AtomicU64,
     /// Records that could not be decoded.
-    pub invalid: AtomicU64,
+    pub(crate) invalid: AtomicU64,
     /// Dead-letter rows written.
-    pub dead_letters_written: AtomicU64,
+    pub(crate) dead_letters_written: AtomicU64,
     /// Committed transactions.
-    pub transactions: AtomicU64,
+    pub(crate) transactions: AtomicU64,
     /// Attempts that failed and were retried.
-    pub retries: AtomicU64,
+    pub(crate) retries: AtomicU64,
     /// New messages dead-lettered as poison (the handler failed on them alone).
-    pub poisoned: AtomicU64,
+    pub(crate) poisoned: AtomicU64,
     /// Transactions that failed for a non-transient handler error and led to bisecting a batch.
-    pub poison_failures: AtomicU64,
+    pub(crate) poison_failures: AtomicU64,
     /// Records not read again on assignment because the offset stored in the database was
     /// ahead of Kafka's committed one (replay avoided by offsets in the database).
-    pub replays_avoided: AtomicU64,
+    pub(crate) replays_avoided: AtomicU64,
     /// Offsets the client refused to store (the partition was no longer assigned).
-    pub offsets_refused: AtomicU64,
+    pub(crate) offsets_refused: AtomicU64,
     /// Records whose offset was not the previous record's offset + 1 within one partition
     /// worker (a gap: records the source skipped; never expected with this project's producer).
-    pub offset_gaps: AtomicU64,
+    pub(crate) offset_gaps: AtomicU64,
     /// Latency and batch-size distributions for `--stats-file`; only kept when asked for.
     report: Option<crate::metrics::Metrics>,
     /// Prometheus metrics and live gauges (lag, in-flight batches, assigned partitions).
@@ -131,6 +132,12 @@ impl Stats {
         self.dead_letters_written
             .fetch_add(o.dead_letters_written, Relaxed);
         self.transactions.fetch_add(1, Relaxed);
+    }
+
+    /// Why a partition is stalled (its SQLSTATE and what failed), or `None` when none is: what
+    /// `/readyz` reports.
+    pub fn stall_reason(&self) -> Option<String> {
+        self.telemetry.stalls.reason()
     }
 
     /// Reads every counter.

@@ -6,7 +6,6 @@
 use crate::common;
 use crate::common::group;
 use crate::common::postgres;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use batch_inbox::db;
@@ -69,25 +68,22 @@ async fn postgres_crashing_under_load_loses_nothing_and_commits_no_offset_while_
     cfg.exit_on_eof = false;
     let member = Member::start(cfg, &pool);
     let stats = member.stats.clone();
-    wait_for("load", 60, || async {
-        stats.records.load(Relaxed) >= 1_000
-    })
-    .await;
+    wait_for("load", 60, || async { stats.snapshot().records >= 1_000 }).await;
 
     tokio::task::block_in_place(|| pg.stop_immediate());
     kafka.send_generated(later).await;
     let reader = OffsetReader::new(&kafka.brokers, "g", &kafka.topic, 3);
     // Three workers retry with backoff from 20 ms: twelve failures take each one past 300 ms,
     // six more past another 800 ms.
-    let retries = stats.retries.load(Relaxed);
+    let retries = stats.snapshot().retries;
     wait_for("failing attempts", 30, || async {
-        stats.retries.load(Relaxed) >= retries + 12
+        stats.snapshot().retries >= retries + 12
     })
     .await;
     let down_early = reader.committed().expect("the broker is up");
-    let again = stats.retries.load(Relaxed);
+    let again = stats.snapshot().retries;
     wait_for("still failing", 30, || async {
-        stats.retries.load(Relaxed) >= again + 6
+        stats.snapshot().retries >= again + 6
     })
     .await;
     let down_late = reader.committed().expect("the broker is up");
@@ -170,7 +166,7 @@ async fn the_broker_down_slow_and_failing_fetches_lose_nothing_and_the_lag_retur
     cfg.exit_on_eof = false;
     let member = Member::start(cfg, &pool);
     let stats = member.stats.clone();
-    wait_for("load", 60, || async { stats.records.load(Relaxed) >= 500 }).await;
+    wait_for("load", 60, || async { stats.snapshot().records >= 500 }).await;
 
     kafka
         .cluster

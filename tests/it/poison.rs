@@ -359,7 +359,7 @@ async fn the_poison_rate_breaker_stalls_instead_of_dead_lettering_the_stream() {
 
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let reason = loop {
-        if let Some(reason) = stats.telemetry.stalls.reason() {
+        if let Some(reason) = stats.stall_reason() {
             break reason;
         }
         assert!(
@@ -386,5 +386,5 @@ async fn the_poison_rate_breaker_stalls_instead_of_dead_lettering_the_stream() {
     assert_eq!(inbox, 20);
     assert_eq!(letters.len(), 3, "{letters:?}");
     assert_eq!(next, 20);
-    assert_eq!(stats.telemetry.stalls.reason(), None);
+    assert_eq!(stats.stall_reason(), None);
 }

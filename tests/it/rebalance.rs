@@ -3,7 +3,6 @@
 
 use crate::common;
 use std::future::Future;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -108,7 +107,7 @@ async fn members_joining_and_leaving_apply_each_message_once() {
     // The first member owns every partition before the second joins.
     let first_stats = first.stats.clone();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while first_stats.records.load(Relaxed) < 2_000 {
+    while first_stats.snapshot().records < 2_000 {
         assert!(
             Instant::now() < deadline,
             "the first member never drained its input"
@@ -119,7 +118,7 @@ async fn members_joining_and_leaving_apply_each_message_once() {
     let second = start(&kafka, &pool);
     let second_stats = second.stats.clone();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while second_stats.records.load(Relaxed) == 0 {
+    while second_stats.snapshot().records == 0 {
         assert!(
             Instant::now() < deadline,
             "the joining member never received records"

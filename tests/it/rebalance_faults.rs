@@ -5,7 +5,6 @@
 
 use crate::common;
 use crate::common::group;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use batch_inbox::internal::error::HandlerError;
@@ -78,7 +77,7 @@ async fn join_and_leave_mid_batch(name: &str, strategy: &str) {
     let first = Member::start_with(cfg(), &pool, Arc::new(SlowLedger));
     let a = first.stats.clone();
     wait_for("the first member at work", 60, || async {
-        a.records.load(Relaxed) >= 300
+        a.snapshot().records >= 300
     })
     .await;
     // A second member joins while the first is mid-backlog; traffic keeps flowing until it
@@ -86,7 +85,7 @@ async fn join_and_leave_mid_batch(name: &str, strategy: &str) {
     let second = Member::start_with(cfg(), &pool, Arc::new(SlowLedger));
     let b = second.stats.clone();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while b.transactions.load(Relaxed) < 3 {
+    while b.snapshot().transactions < 3 {
         assert!(
             std::time::Instant::now() < deadline,
             "the second member got nothing"
