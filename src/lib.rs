@@ -28,12 +28,13 @@
 //! statement per batch instead of Rust code (docs/SQL-HANDLER.md); [`retention`] keeps the inbox from
 //! growing without bound and guards the dedup window it leaves; [`redrive`] applies parked dead
 //! letters through a handler once their cause is fixed, exactly once. [`Stats`] counts a run as
-//! it goes.
+//! it goes; [`stats_file`] holds the run report that `run --stats-file` writes and the load
+//! tools read.
 //!
 //! ## Layout
 //!
-//! The modules, in data-flow order (all private but the four above; the root re-exports the
-//! API):
+//! The modules, in data-flow order (all private but `db` and the five above; the root
+//! re-exports the API):
 //!
 //! - `config`, `config_file`, `secret`, `defaults`: the command line, its config file, the
 //!   secrets it never shows, and every default.
@@ -91,7 +92,7 @@ mod secret;
 mod sql;
 mod sql_handler;
 mod stats;
-mod stats_file;
+pub mod stats_file;
 mod telemetry;
 mod unsafe_controls;
 mod worker;
@@ -103,13 +104,11 @@ pub use error::{DbError, HandlerError, InboxError, KafkaClientError, RunError};
 pub use handler::{Handler, Rejection};
 pub use inbox::Mode;
 pub use message::{Decode, Header, Message, RawMessage};
-pub use metrics::{Measured, Percentiles};
 pub use names::{Named, UnknownName};
 pub use processor::{run, run_with_stats, ProcessorConfig};
 pub use reason::{InvalidReason, Reason, RejectReason};
 pub use sql_handler::{JsonPayload, SqlError, SqlFileError, SqlHandler};
 pub use stats::{Stats, StatsSnapshot};
-pub use stats_file::{RunSettings, StatsFile, StatsReport};
 pub use unsafe_controls::UnsafeControls;
 pub use worker::{RetryPolicy, WorkerSettings};
 
@@ -220,10 +219,6 @@ pub mod internal {
     #[allow(missing_docs)]
     pub mod stats {
         pub use crate::stats::*;
-    }
-    #[allow(missing_docs)]
-    pub mod stats_file {
-        pub use crate::stats_file::*;
     }
     #[allow(missing_docs)]
     pub mod telemetry {

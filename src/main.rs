@@ -8,7 +8,7 @@ use batch_inbox::internal::config::{
 };
 use batch_inbox::internal::config_file::{self, ConfigError, Source};
 use batch_inbox::internal::stats::Stats;
-use batch_inbox::internal::stats_file::RunSettings;
+use batch_inbox::stats_file::RunSettings;
 use batch_inbox::{db, ledger::Ledger, redrive, retention, Handler, SqlHandler};
 use clap::ValueEnum;
 use tokio_util::sync::CancellationToken;
@@ -204,7 +204,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => Stats::default(),
     });
     let stats_file = args.ops.stats_file.clone().map(|path| {
-        batch_inbox::internal::stats_file::StatsFile::start(
+        batch_inbox::stats_file::StatsFile::start(
             path,
             settings_of(&args),
             stats.clone(),

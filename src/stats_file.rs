@@ -5,6 +5,9 @@
 //! A process killed with SIGKILL writes no final file; with the periodic rewrite, it leaves its
 //! counters as of the last interval. Invariant: the file is replaced atomically (written beside
 //! it, then renamed), so a reader never sees half a report.
+//!
+//! These are the run report's types, for the tools that read it; a service embedding the
+//! processor needs none of them ([`crate::Stats::snapshot`] reads the counters).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +17,8 @@ use tokio::task::JoinHandle;
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::{cpu_seconds, peak_rss_mb, Measured};
+use crate::metrics::{cpu_seconds, peak_rss_mb};
+pub use crate::metrics::{Measured, Percentiles};
 use crate::stats::{Stats, StatsSnapshot};
 
 /// The writer of a stats file.

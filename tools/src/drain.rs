@@ -15,8 +15,8 @@ use anyhow::Context;
 use batch_inbox::internal::config::{DbArgs, KafkaArgs, PipelineArgs};
 use batch_inbox::internal::consumer::KafkaSettings;
 use batch_inbox::internal::stats::Stats;
-use batch_inbox::internal::stats_file::RunSettings;
-use batch_inbox::internal::stats_file::{StatsFile, StatsReport};
+use batch_inbox::stats_file::RunSettings;
+use batch_inbox::stats_file::{StatsFile, StatsReport};
 
 use crate::report::{read_stats, RunReport};
 
@@ -98,7 +98,7 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         }
         None => Vec::new(),
     };
-    batch_inbox::internal::stats_file::write_atomically(&args.report, &report)
+    batch_inbox::stats_file::write_atomically(&args.report, &report)
         .with_context(|| format!("writing {}", args.report.display()))?;
     if !diffs.is_empty() {
         anyhow::bail!(

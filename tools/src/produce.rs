@@ -17,7 +17,7 @@ use rdkafka::util::Timeout;
 
 use crate::generate::Record;
 use batch_inbox::internal::error::KafkaClientError;
-use batch_inbox::Percentiles;
+use batch_inbox::stats_file::Percentiles;
 
 /// Most records awaiting delivery at once.
 const IN_FLIGHT: usize = 20_000;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use batch_inbox::internal::stats_file::StatsReport;
+use batch_inbox::stats_file::StatsReport;
 use serde::{Deserialize, Serialize};
 
 /// One run of the load test.
@@ -33,7 +33,7 @@ pub struct RunReport {
     /// Fixed-rate runs: per record, its timestamp to the broker's acknowledgement of it to the
     /// producer, in ms (`produce --ack-report`): the producer-and-broker part of the latency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acked_ms: Option<batch_inbox::Percentiles>,
+    pub acked_ms: Option<batch_inbox::stats_file::Percentiles>,
 }
 
 impl std::ops::Deref for RunReport {

@@ -380,7 +380,7 @@ fn latency_row(r: &RunReport, floor: Option<&RunReport>) -> Vec<String> {
     ];
     cells.push(r.input_rate.map_or(DASH.into(), int));
     cells.extend([e.p50, e.p90, e.p99, e.p999, e.max].map(ms));
-    let measured = |p: &batch_inbox::Percentiles| or_dash(p.count > 0, ms(p.p99));
+    let measured = |p: &batch_inbox::stats_file::Percentiles| or_dash(p.count > 0, ms(p.p99));
     cells.push(r.acked_ms.as_ref().map_or(DASH.into(), measured));
     cells.push(measured(&r.receive_latency_ms));
     cells.push(measured(&r.in_batch_ms));
@@ -466,10 +466,10 @@ mod tests {
             (receive.count, receive.p99) = (100, 8.0);
             r.e2e_distribution_ms = vec![[50.0, 5.0], [99.0, 60.0], [99.9, 90.0]];
             if rate.is_some() {
-                r.acked_ms = Some(batch_inbox::Percentiles {
+                r.acked_ms = Some(batch_inbox::stats_file::Percentiles {
                     count: 100,
                     p99: 4.0,
-                    ..batch_inbox::Percentiles::default()
+                    ..batch_inbox::stats_file::Percentiles::default()
                 });
             }
             let json = serde_json::to_vec(&r).unwrap();

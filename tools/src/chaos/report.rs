@@ -15,7 +15,7 @@ use super::checker::Invariant;
 use super::members::UnexpectedExit;
 use super::nemesis::FaultEvent;
 use super::offsets::{PartitionLag, Samples};
-use batch_inbox::internal::stats_file::StatsReport;
+use batch_inbox::stats_file::StatsReport;
 
 /// Counts from the processors' logs and reports, over every incarnation.
 #[derive(Debug, Clone, Default, Serialize)]
