@@ -18,6 +18,48 @@
 //! stored only after the COMMIT that covers them). Together: exactly once per id, as long as the
 //! inbox still holds the id when a copy arrives.
 //!
+//! **Embedding it**: a handler that records each new page view, run until the process stops.
+//!
+//! ```no_run
+//! use std::{future::pending, sync::Arc};
+//! use batch_inbox::{db, Decode, Handler, HandlerError, KafkaSettings, Message, ProcessorConfig};
+//! use batch_inbox::{RawMessage, Reason, Rejection, Transaction};
+//!
+//! #[derive(Clone)]
+//! struct View(String);
+//!
+//! impl Decode for View {
+//!     fn decode(raw: &RawMessage) -> Result<Self, (Reason, String)> {
+//!         let value = std::str::from_utf8(raw.payload.as_deref().unwrap_or_default());
+//!         value.map(|v| View(v.to_owned())).map_err(|e| (Reason::InvalidPayload, e.to_string()))
+//!     }
+//! }
+//!
+//! struct Views;
+//!
+//! impl Handler for Views {
+//!     type Payload = View;
+//!     async fn handle(
+//!         &self,
+//!         tx: &Transaction<'_>,
+//!         new: &[Message<View>],
+//!     ) -> Result<Vec<Rejection>, HandlerError> {
+//!         let paths: Vec<&str> = new.iter().map(|m| m.payload.0.as_str()).collect();
+//!         tx.execute("INSERT INTO views (path) SELECT unnest($1::text[])", &[&paths]).await?;
+//!         Ok(Vec::new()) // none refused
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> anyhow::Result<()> {
+//!     let pool = db::connect("postgres://postgres@127.0.0.1/shop", 8).await?;
+//!     db::migrate(&pool).await?; // the inbox, dead letters and offsets tables
+//!     let kafka = KafkaSettings::new("127.0.0.1:9092", "page-views", "views-to-postgres");
+//!     batch_inbox::run(ProcessorConfig::new(kafka), pool, Arc::new(Views), pending()).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
 //! ## Using it
 //!
 //! A service implements [`Handler`] (its payload type implements [`Decode`]) and calls [`run`]
