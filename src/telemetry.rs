@@ -8,6 +8,7 @@
 //! of a batch's records goes into its histogram under one lock.
 
 pub mod histogram;
+mod registry;
 pub mod stall;
 
 use std::collections::BTreeMap;
@@ -17,7 +18,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::{Registry, Unit};
 
 use crate::metrics::Arrival;
 use crate::outcome::{BatchSample, TxOutcome, STAGES};
@@ -314,123 +314,6 @@ impl Telemetry {
         let lags = self.lags.lock().unwrap_or_else(|p| p.into_inner());
         (lags.values().sum(), lags.len())
     }
-
-    /// A registry holding every metric, named with the `batch_inbox_` prefix.
-    pub fn registry(&self) -> Registry {
-        let mut r = Registry::with_prefix(PREFIX);
-        r.register(
-            "messages_consumed",
-            "Records in committed transactions: applied, skipped as duplicates, or dead-lettered",
-            self.consumed.clone(),
-        );
-        r.register(
-            "messages_new",
-            "Records whose id was new to the inbox (handed to the handler)",
-            self.new.clone(),
-        );
-        r.register(
-            "duplicates_skipped",
-            "Records skipped because their id was already in the inbox or earlier in the batch",
-            self.duplicates.clone(),
-        );
-        r.register(
-            "dead_letters",
-            "Records dead-lettered, by reason (bad input or refused by the handler)",
-            self.dead_letters.clone(),
-        );
-        r.register(
-            "batches_committed",
-            "Committed transactions: one per batch (one per record in per-message mode)",
-            self.batches.clone(),
-        );
-        r.register(
-            "retries",
-            "Transaction attempts that failed transiently and were retried",
-            self.retries.clone(),
-        );
-        self.register_histograms(&mut r);
-        self.register_gauges(&mut r);
-        self.stalls.register(&mut r);
-        r
-    }
-
-    fn register_histograms(&self, r: &mut Registry) {
-        r.register(
-            "batch_messages",
-            "Records per committed transaction",
-            self.batch_size.clone(),
-        );
-        r.register_with_unit(
-            "stage_duration",
-            "Time per batch in each stage: batch_wait (first record to close), dedup, handler, \
-             dead_letters, commit, offset_store",
-            Unit::Seconds,
-            self.stages.clone(),
-        );
-        r.register_with_unit(
-            "end_to_end_latency",
-            "Per record: Kafka timestamp to the COMMIT of its transaction",
-            Unit::Seconds,
-            self.end_to_end.clone(),
-        );
-        r.register_with_unit(
-            "receive_latency",
-            "Per record: Kafka timestamp to its arrival at its partition worker (producer, broker \
-             and client)",
-            Unit::Seconds,
-            self.receive.clone(),
-        );
-        r.register_with_unit(
-            "in_batch_wait",
-            "Per record: arrival at its partition worker to the close of its batch",
-            Unit::Seconds,
-            self.in_batch.clone(),
-        );
-    }
-
-    fn register_gauges(&self, r: &mut Registry) {
-        r.register_with_unit(
-            "consumer_lag",
-            "Records of an assigned partition after the last offset committed to the database \
-             (librdkafka statistics)",
-            Unit::Other("messages".to_owned()),
-            self.lag.clone(),
-        );
-        r.register(
-            "batches_in_flight",
-            "Transactions running now",
-            self.in_flight.clone(),
-        );
-        r.register(
-            "assigned_partitions",
-            "Partitions assigned to this group member (one worker each)",
-            self.assigned.clone(),
-        );
-        r.register(
-            "pool_connections_in_use",
-            "Database connections checked out of the pool",
-            self.pool_in_use.clone(),
-        );
-        r.register(
-            "pool_connections_max",
-            "Largest number of database connections of the pool",
-            self.pool_max.clone(),
-        );
-        r.register(
-            "unsafe_mode",
-            "1 while a test-only unsafe switch is on (--unsafe-offsets-before-commit, \
-             --unsafe-no-inbox): the exactly-once guarantee does not hold",
-            self.unsafe_mode.clone(),
-        );
-    }
-
-    /// The metrics in the OpenMetrics text format.
-    pub fn encode(&self) -> String {
-        let mut text = String::new();
-        // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry());
-        text
-    }
 }
 
 fn labels(topic: &str, partition: i32) -> PartitionLabels {
@@ -441,108 +324,4 @@ fn labels(topic: &str, partition: i32) -> PartitionLabels {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::reason::ReasonCounts;
-    use std::time::{Duration, Instant};
-
-    #[test]
-    fn rejection_names_beyond_the_limit_share_one_series() {
-        let t = Telemetry::default();
-        let names: Vec<Reason> = (0..MAX_REJECTION_LABELS + 5)
-            .map(|i| Reason::Rejected(crate::reason::RejectReason::new(format!("r{i}")).unwrap()))
-            .collect();
-        let outcome = TxOutcome {
-            dead_letter_reasons: ReasonCounts::of(&names),
-            ..TxOutcome::default()
-        };
-        let opened = Instant::now();
-        let sample = BatchSample {
-            opened,
-            closed: opened,
-            timings: Default::default(),
-            offset_store: Duration::ZERO,
-            timestamps_ms: &[],
-        };
-        t.record_batch(&outcome, &sample, UNIX_EPOCH);
-        t.record_batch(&outcome, &sample, UNIX_EPOCH);
-        let text = t.encode();
-        let series = text
-            .lines()
-            .filter(|l| l.starts_with("batch_inbox_dead_letters_total{reason=\"r"))
-            .count();
-        assert_eq!(series, MAX_REJECTION_LABELS, "{text}");
-        assert!(
-            text.contains("batch_inbox_dead_letters_total{reason=\"_other\"} 10"),
-            "{text}"
-        );
-        assert!(text.contains("batch_inbox_dead_letters_total{reason=\"missing_id\"} 0"));
-    }
-
-    #[test]
-    fn a_committed_batch_moves_each_counter_by_its_outcome() {
-        let t = Telemetry::default();
-        let funds = Reason::rejected("insufficient_funds");
-        let reasons = ReasonCounts::of([&funds, &funds]);
-        let outcome = TxOutcome {
-            received: 10,
-            new: 7,
-            duplicates: 2,
-            dead_letter_reasons: reasons,
-            ..TxOutcome::default()
-        };
-        let opened = Instant::now();
-        let sample = BatchSample {
-            opened,
-            closed: opened + Duration::from_millis(3),
-            timings: Default::default(),
-            offset_store: Duration::ZERO,
-            timestamps_ms: &[Some(1_000), Some(1_500), None],
-        };
-        t.record_batch(&outcome, &sample, UNIX_EPOCH + Duration::from_secs(2));
-        t.set_lags(BTreeMap::from([(("t".to_owned(), 3), 42)]));
-        t.set_lags(BTreeMap::from([(("t".to_owned(), 4), 5)]));
-        let text = t.encode();
-        for line in [
-            "batch_inbox_messages_consumed_total 10",
-            "batch_inbox_messages_new_total 7",
-            "batch_inbox_duplicates_skipped_total 2",
-            "batch_inbox_dead_letters_total{reason=\"insufficient_funds\"} 2",
-            "batch_inbox_dead_letters_total{reason=\"missing_id\"} 0",
-            "batch_inbox_batches_committed_total 1",
-            "batch_inbox_end_to_end_latency_seconds_count 2",
-            "batch_inbox_end_to_end_latency_seconds_sum 1.5",
-            "batch_inbox_stage_duration_seconds_count{stage=\"batch_wait\"} 1",
-            "batch_inbox_consumer_lag_messages{topic=\"t\",partition=\"4\"} 5",
-        ] {
-            assert!(text.contains(line), "{line} missing from:\n{text}");
-        }
-        assert!(
-            !text.contains("partition=\"3\""),
-            "a revoked partition keeps no lag series"
-        );
-        assert_eq!(t.total_lag(), (5, 1));
-    }
-
-    #[test]
-    fn producer_set_timestamps_at_the_ends_of_i64_do_not_overflow() {
-        let t = Telemetry::default();
-        let opened = Instant::now();
-        let sample = BatchSample {
-            opened,
-            closed: opened,
-            timings: Default::default(),
-            offset_store: Duration::ZERO,
-            timestamps_ms: &[Some(i64::MAX), Some(i64::MIN)],
-        };
-        t.record_batch(&TxOutcome::default(), &sample, UNIX_EPOCH);
-        // A timestamp in the future counts as 0 s, one at i64::MIN as i64::MAX ms.
-        let sum = i64::MAX as f64 / 1000.0;
-        let text = t.encode();
-        assert!(
-            text.contains("batch_inbox_end_to_end_latency_seconds_count 2"),
-            "{text}"
-        );
-        assert!(text.contains(&format!("batch_inbox_end_to_end_latency_seconds_sum {sum}")));
-    }
-}
+mod tests;
