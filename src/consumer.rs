@@ -11,8 +11,13 @@
 //! the database when they are ahead of Kafka's). Overrides that would break these invariants are
 //! refused ([`refused`]).
 
+mod input;
 pub mod refused;
 mod revoke;
+mod settings;
+
+pub use input::{queue_input, to_raw};
+pub use settings::KafkaSettings;
 
 use revoke::wait_for_workers;
 
@@ -23,16 +28,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::StreamExt;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, RebalanceProtocol,
     StreamConsumer,
 };
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
-use rdkafka::message::BorrowedMessage;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message as _, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
@@ -42,125 +43,13 @@ use tokio_util::sync::CancellationToken;
 use crate::drain::DrainWatch;
 use crate::error::{KafkaClientError, RunError};
 use crate::failpoint::failpoint;
-use crate::message::RawMessage;
-use crate::worker::{Input, OffsetSink};
+use crate::worker::OffsetSink;
 
 pub mod headers;
 pub use refused::RefusedSetting;
 
 /// The consumer type used by the processor.
 pub type KafkaConsumer = StreamConsumer<GroupContext>;
-
-/// Kafka client settings of a processor. `Debug` hides the values of sensitive overrides.
-#[derive(Clone)]
-pub struct KafkaSettings {
-    /// Bootstrap servers.
-    pub brokers: String,
-    /// Topic to consume.
-    pub topic: String,
-    /// Consumer group.
-    pub group: String,
-    /// Deliver end-of-partition events (needed by `--exit-on-eof`).
-    pub partition_eof: bool,
-    /// librdkafka properties applied last, overriding the defaults above.
-    pub overrides: Vec<(String, String)>,
-}
-
-impl KafkaSettings {
-    /// Settings for `group` consuming `topic` from `brokers`, with no overrides.
-    pub fn new(
-        brokers: impl Into<String>,
-        topic: impl Into<String>,
-        group: impl Into<String>,
-    ) -> Self {
-        Self {
-            brokers: brokers.into(),
-            topic: topic.into(),
-            group: group.into(),
-            partition_eof: false,
-            overrides: Vec::new(),
-        }
-    }
-
-    /// Refuses overrides that would break the guarantee ([`refused::RULES`]).
-    pub fn check(&self, offsets_in_db: bool) -> Result<(), RefusedSetting> {
-        refused::check(self, offsets_in_db)
-    }
-
-    /// The librdkafka configuration: the processor's defaults, then the overrides.
-    pub fn client_config(&self) -> ClientConfig {
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.brokers)
-            .set("group.id", &self.group)
-            .set("enable.auto.offset.store", "false")
-            .set("enable.auto.commit", "true")
-            .set("auto.commit.interval.ms", "1000")
-            .set("auto.offset.reset", "earliest")
-            // Bound the prefetch (librdkafka keeps up to 100,000 records per partition and asks
-            // for 50 MB fetches by default): backpressure instead of memory growth on a large
-            // backlog. Measured on a 1M backlog: 2 MB fetches halve peak memory at no cost in
-            // throughput.
-            .set("queued.min.messages", "10000")
-            .set("queued.max.messages.kbytes", "8192")
-            // Once a partition's local queue reaches those bounds, librdkafka stops fetching it
-            // for fetch.queue.backoff.ms, 1 s by default: against Apache Kafka the workers then
-            // ran dry for most of each second. Measured on a 1M backlog (one Kafka 4.4 node):
-            // consume-only 7.8 s at the default, 1.5 s at 0; the ledger at batch 1000, 10.9 s
-            // at the default, 5.7 s at 10 ms, memory unchanged (the bounds still hold).
-            .set("fetch.queue.backoff.ms", "10")
-            .set("fetch.max.bytes", "2097152")
-            // A broker holds an empty fetch this long: it bounds the latency of a record that
-            // arrives on an idle partition (Kafka answers early once data is there; some
-            // compatible brokers always wait the full time).
-            .set("fetch.wait.max.ms", "10")
-            .set("max.partition.fetch.bytes", "262144")
-            // Per-partition consumer lag for the metrics and the summary log line.
-            .set("statistics.interval.ms", "5000")
-            .set(
-                "enable.partition.eof",
-                if self.partition_eof { "true" } else { "false" },
-            );
-        // The classic protocol's assignor: incremental (cooperative-sticky), so a rebalance moves
-        // only the partitions that change owner. The consumer protocol (KIP-848,
-        // `-X group.protocol=consumer`) assigns on the broker and is always incremental; librdkafka
-        // refuses the property there.
-        if !self.consumer_protocol() {
-            c.set("partition.assignment.strategy", "cooperative-sticky");
-        }
-        for (k, v) in &self.overrides {
-            c.set(k, v);
-        }
-        c
-    }
-
-    /// Whether the overrides choose the consumer group protocol of KIP-848.
-    fn consumer_protocol(&self) -> bool {
-        self.overrides
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "group.protocol")
-            .is_some_and(|(_, v)| v.trim().eq_ignore_ascii_case("consumer"))
-    }
-}
-
-impl std::fmt::Debug for KafkaSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let KafkaSettings {
-            brokers,
-            topic,
-            group,
-            partition_eof,
-            overrides,
-        } = self;
-        f.debug_struct("KafkaSettings")
-            .field("brokers", brokers)
-            .field("topic", topic)
-            .field("group", group)
-            .field("partition_eof", partition_eof)
-            .field("overrides", &crate::secret::RedactedProperties(overrides))
-            .finish()
-    }
-}
 
 /// Starts a worker for a newly assigned partition; returns its handle.
 pub type Spawner =
@@ -396,38 +285,6 @@ impl OffsetSink for KafkaOffsets {
             .map_err(|e| e.to_string())?;
         consumer.store_offsets(&tpl).map_err(|e| e.to_string())
     }
-}
-
-/// Copies a borrowed record into the pipeline's owned type. Never panics, whatever its bytes:
-/// headers are read as bytes ([`headers::read`]); headers librdkafka cannot parse leave the
-/// record without headers and with `header_error` set.
-pub fn to_raw(topic: &Arc<str>, m: &BorrowedMessage<'_>) -> RawMessage {
-    let (headers, header_error) = match headers::read(m) {
-        Ok(headers) => (headers, None),
-        Err(e) => (Vec::new(), Some(e)),
-    };
-    RawMessage {
-        topic: topic.clone(),
-        partition: m.partition(),
-        offset: m.offset(),
-        timestamp_ms: m.timestamp().to_millis(),
-        key: m.key().map(Bytes::copy_from_slice),
-        payload: m.payload().map(Bytes::copy_from_slice),
-        headers,
-        header_error,
-    }
-}
-
-/// The worker's input stream over a partition queue.
-pub fn queue_input(
-    topic: Arc<str>,
-    queue: &StreamPartitionQueue<GroupContext>,
-) -> impl futures::Stream<Item = Input> + '_ {
-    queue.stream().map(move |r| match r {
-        Ok(m) => Input::Record(to_raw(&topic, &m)),
-        Err(KafkaError::PartitionEOF(_)) => Input::Eof,
-        Err(e) => Input::Error(e.to_string()),
-    })
 }
 
 /// A subscribed group member. Drop it to leave the group.
