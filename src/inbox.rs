@@ -15,31 +15,25 @@
 //! Invariant: nothing here touches Kafka. The caller stores offsets only after these functions
 //! return `Ok`, that is after COMMIT succeeded. A dropped transaction rolls back.
 
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use deadpool_postgres::{Client, Pool};
-use uuid::Uuid;
 
-use crate::db::Transaction;
-use crate::dead_letter::{self, RowForm};
-use crate::error::{HandlerError, InboxError};
-use crate::failpoint::failpoint;
-use crate::handler::{Handler, Rejection};
-use crate::message::DeadLetter;
-use crate::message::{
-    decode_batch, dedup_in_batch, reject_outside_window, Decoded, Message, RawMessage,
-};
-use crate::offset_table::{self, OffsetTarget};
+use crate::dead_letter::RowForm;
+use crate::error::InboxError;
+use crate::handler::Handler;
+use crate::message::{decode_batch, reject_outside_window, Decoded, RawMessage};
+use crate::offset_table::OffsetTarget;
 pub use crate::outcome::{StageTimings, TxOutcome};
-use crate::reason::ReasonCounts;
-use crate::sql::{INSERT_IDS, INSERT_IDS_AND_OFFSET, INSERT_ONE_ID, INSERT_ONE_ID_AND_OFFSET};
 use crate::unsafe_controls::UnsafeControls;
 
-mod refused;
-mod variants;
+mod minimal_rows;
+use minimal_rows::refused_rows;
+mod poison;
+mod transaction;
 mod within;
+pub use transaction::{apply_batch, apply_one, last_offset};
 pub use within::{apply_within, Applied};
 #[cfg(feature = "unsafe-controls")]
 mod without_inbox;
@@ -163,7 +157,62 @@ impl<H: Handler> Inbox<H> {
         decoded
     }
 
-    /// [`Inbox::apply_batch`] with dead-letter rows of `rows` (module `refused`).
+    /// Applies one decoded batch of one partition in one transaction.
+    pub async fn apply_batch(
+        &self,
+        topic: &str,
+        partition: i32,
+        batch: &Decoded<H::Payload>,
+    ) -> Result<TxOutcome, InboxError> {
+        let full = self
+            .apply_batch_as(topic, partition, batch, self.rows(None))
+            .await;
+        let Some(state) = refused_rows(&full, topic, partition) else {
+            return full;
+        };
+        let rows = self.rows(Some(&state));
+        self.apply_batch_as(topic, partition, batch, rows).await
+    }
+
+    /// Applies one record in its own transaction (the per-message baseline).
+    pub async fn apply_one(
+        &self,
+        topic: &str,
+        partition: i32,
+        record: &Decoded<H::Payload>,
+    ) -> Result<TxOutcome, InboxError> {
+        let full = self
+            .apply_one_as(topic, partition, record, self.rows(None))
+            .await;
+        let Some(state) = refused_rows(&full, topic, partition) else {
+            return full;
+        };
+        let rows = self.rows(Some(&state));
+        self.apply_one_as(topic, partition, record, rows).await
+    }
+
+    /// Records the messages of `part` as poison, without calling the handler: their ids go to
+    /// the inbox (so a redelivery is a duplicate, not a new failure) and each new one gets a
+    /// `handler_error` dead letter with `error` as detail, in one transaction that also writes
+    /// the part's undecodable records and its next offset.
+    pub async fn dead_letter_poison(
+        &self,
+        topic: &str,
+        partition: i32,
+        part: &Decoded<H::Payload>,
+        error: &str,
+    ) -> Result<TxOutcome, InboxError> {
+        let full = self
+            .poison_as(topic, partition, part, error, self.rows(None))
+            .await;
+        let Some(state) = refused_rows(&full, topic, partition) else {
+            return full;
+        };
+        let rows = self.rows(Some(&state));
+        self.poison_as(topic, partition, part, error, rows).await
+    }
+
+    /// [`Inbox::apply_batch`] with dead-letter rows of `rows` (module `minimal_rows`).
     async fn apply_batch_as(
         &self,
         topic: &str,
@@ -189,7 +238,7 @@ impl<H: Handler> Inbox<H> {
         result
     }
 
-    /// [`Inbox::apply_one`] with dead-letter rows of `rows` (module `refused`).
+    /// [`Inbox::apply_one`] with dead-letter rows of `rows` (module `minimal_rows`).
     async fn apply_one_as(
         &self,
         topic: &str,
@@ -215,7 +264,7 @@ impl<H: Handler> Inbox<H> {
         result
     }
 
-    /// [`Inbox::dead_letter_poison`] with dead-letter rows of `rows` (module `refused`).
+    /// [`Inbox::dead_letter_poison`] with dead-letter rows of `rows` (module `minimal_rows`).
     async fn poison_as(
         &self,
         topic: &str,
@@ -226,15 +275,9 @@ impl<H: Handler> Inbox<H> {
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
         let target = self.target(part);
-        let result = variants::dead_letter_poison(
-            &mut client,
-            (topic, partition),
-            part,
-            error,
-            target,
-            rows,
-        )
-        .await;
+        let result =
+            poison::dead_letter_poison(&mut client, (topic, partition), part, error, target, rows)
+                .await;
         discard_if_broken(client, &result);
         result
     }
@@ -248,209 +291,4 @@ fn discard_if_broken<T>(client: Client, result: &Result<T, InboxError>) {
     if result.as_ref().is_err_and(InboxError::breaks_connection) {
         drop(deadpool_postgres::Object::take(client));
     }
-}
-
-/// The batched inbox transaction over an explicit connection; with a `target`, it also records
-/// the partition's next offset. Dead letters are written as rows of `rows`.
-pub async fn apply_batch<H: Handler>(
-    client: &mut Client,
-    handler: &H,
-    (topic, partition): (&str, i32),
-    batch: &Decoded<H::Payload>,
-    target: Option<OffsetTarget<'_>>,
-    rows: RowForm<'_>,
-) -> Result<TxOutcome, InboxError> {
-    let received = (batch.messages.len() + batch.dead_letters.len()) as u64;
-    let mut unique: Vec<&Message<H::Payload>> = batch.messages.iter().collect();
-    dedup_in_batch(&mut unique, |m| m.id);
-
-    let mut timings = StageTimings::default();
-    let tx = client.transaction().await?;
-    let mut clock = Instant::now();
-    let new_ids = insert_ids(&tx, (topic, partition), &unique, target).await?;
-    timings.dedup = lap(&mut clock);
-    let fresh: Vec<Message<H::Payload>> = unique
-        .into_iter()
-        .filter(|m| new_ids.contains(&m.id))
-        .cloned()
-        .collect();
-    // One new message takes the handler's one-message path (the per-message baseline's
-    // statements), in the same transaction shape.
-    let rejections = match fresh.as_slice() {
-        [only] => handler.handle_one(&tx, only).await?.into_iter().collect(),
-        _ => handler.handle(&tx, &fresh).await?,
-    };
-    timings.handler = lap(&mut clock);
-
-    let mut letters = batch.dead_letters.clone();
-    for r in &rejections {
-        letters.push(rejected_letter(&fresh, r)?);
-    }
-    let written = dead_letter::insert(&tx, topic, partition, &letters, rows)
-        .await
-        .map_err(InboxError::DeadLetters)?;
-    timings.dead_letters = lap(&mut clock);
-    failpoint!("before_commit");
-    tx.commit().await?;
-    timings.commit = lap(&mut clock);
-
-    Ok(TxOutcome {
-        received,
-        new: fresh.len() as u64,
-        duplicates: (batch.messages.len() - fresh.len()) as u64,
-        rejected: rejections.len() as u64,
-        poisoned: 0,
-        invalid: batch.dead_letters.len() as u64,
-        dead_letters_written: written,
-        dead_letter_reasons: ReasonCounts::of(letters.iter().map(|l| &l.reason)),
-        timings,
-    })
-}
-
-/// The highest offset of a decoded batch's records.
-pub fn last_offset<P>(batch: &Decoded<P>) -> Option<i64> {
-    let a = batch.messages.iter().map(|m| m.raw.offset);
-    let b = batch.dead_letters.iter().map(|l| l.raw.offset);
-    a.chain(b).max()
-}
-
-fn lap(clock: &mut Instant) -> Duration {
-    let now = Instant::now();
-    let d = now - *clock;
-    *clock = now;
-    d
-}
-
-/// The per-message inbox transaction: `record` holds exactly one decoded record; with a
-/// `target`, it also records the partition's next offset. Dead letters are written as rows of
-/// `rows`.
-pub async fn apply_one<H: Handler>(
-    client: &mut Client,
-    handler: &H,
-    (topic, partition): (&str, i32),
-    record: &Decoded<H::Payload>,
-    target: Option<OffsetTarget<'_>>,
-    rows: RowForm<'_>,
-) -> Result<TxOutcome, InboxError> {
-    let tx = client.transaction().await?;
-    let mut clock = Instant::now();
-    let mut outcome = TxOutcome {
-        received: 1,
-        invalid: record.dead_letters.len() as u64,
-        ..TxOutcome::default()
-    };
-    let mut letters = record.dead_letters.clone();
-    if let Some(message) = record.messages.first() {
-        let at = (topic, partition);
-        let new = insert_one_id(&tx, at, message.id, message.raw.offset, target).await?;
-        outcome.timings.dedup = lap(&mut clock);
-        if !new.is_empty() {
-            outcome.new = 1;
-            if let Some(rejection) = handler.handle_one(&tx, message).await? {
-                outcome.rejected = 1;
-                letters.push(rejected_letter(std::slice::from_ref(message), &rejection)?);
-            }
-        } else {
-            outcome.duplicates = 1;
-        }
-        outcome.timings.handler = lap(&mut clock);
-    } else if let Some(t) = target {
-        offset_table::store(&tx, topic, partition, t).await?;
-    }
-    outcome.dead_letters_written = dead_letter::insert(&tx, topic, partition, &letters, rows)
-        .await
-        .map_err(InboxError::DeadLetters)?;
-    outcome.dead_letter_reasons = ReasonCounts::of(letters.iter().map(|l| &l.reason));
-    outcome.timings.dead_letters = lap(&mut clock);
-    failpoint!("before_commit");
-    tx.commit().await?;
-    outcome.timings.commit = lap(&mut clock);
-    Ok(outcome)
-}
-
-/// Inserts the ids, returns those that were new; also records `target` when given (in the same
-/// statement, or alone when there are no ids).
-async fn insert_ids<P>(
-    tx: &Transaction<'_>,
-    (topic, partition): (&str, i32),
-    messages: &[&Message<P>],
-    target: Option<OffsetTarget<'_>>,
-) -> Result<HashSet<Uuid>, InboxError> {
-    if messages.is_empty() {
-        if let Some(t) = target {
-            offset_table::store(tx, topic, partition, t).await?;
-        }
-        return Ok(HashSet::new());
-    }
-    // Insert in id order: two transactions inserting overlapping ids then wait on each other in
-    // the same order and cannot deadlock. (Ids are unique here: in-batch copies are gone.)
-    let mut pairs: Vec<(Uuid, i64)> = messages.iter().map(|m| (m.id, m.raw.offset)).collect();
-    pairs.sort_unstable();
-    if let [(id, offset)] = pairs[..] {
-        return insert_one_id(tx, (topic, partition), id, offset, target).await;
-    }
-    let (ids, offsets): (Vec<Uuid>, Vec<i64>) = pairs.into_iter().unzip();
-    let rows = match target {
-        None => {
-            let stmt = tx.prepare_cached(INSERT_IDS).await?;
-            tx.query(&stmt, &[&ids, &topic, &partition, &offsets])
-                .await?
-        }
-        Some(t) => {
-            let stmt = tx.prepare_cached(INSERT_IDS_AND_OFFSET).await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-                [&ids, &topic, &partition, &offsets, &t.group, &t.next_offset];
-            tx.query(&stmt, &params).await?
-        }
-    };
-    Ok(rows.iter().map(|r| r.get(0)).collect())
-}
-
-/// [`insert_ids`] of one id, with the per-message statement (one row, no arrays).
-async fn insert_one_id(
-    tx: &Transaction<'_>,
-    (topic, partition): (&str, i32),
-    id: Uuid,
-    offset: i64,
-    target: Option<OffsetTarget<'_>>,
-) -> Result<HashSet<Uuid>, InboxError> {
-    let row = match target {
-        None => {
-            let stmt = tx.prepare_cached(INSERT_ONE_ID).await?;
-            tx.query_opt(&stmt, &[&id, &topic, &partition, &offset])
-                .await?
-        }
-        Some(t) => {
-            let stmt = tx.prepare_cached(INSERT_ONE_ID_AND_OFFSET).await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-                [&id, &topic, &partition, &offset, &t.group, &t.next_offset];
-            tx.query_opt(&stmt, &params).await?
-        }
-    };
-    Ok(row.map(|r| r.get(0)).into_iter().collect())
-}
-
-/// The dead letter of `rejection`. An index outside the handler's slice is the handler's bug,
-/// never a message dropped in silence: the transaction fails for the environment, so the
-/// partition stalls (nothing committed) until a fixed handler runs.
-fn rejected_letter<P>(
-    messages: &[Message<P>],
-    rejection: &Rejection,
-) -> Result<DeadLetter, InboxError> {
-    let message = messages.get(rejection.index).ok_or_else(|| {
-        InboxError::Handler(HandlerError::Environment(
-            format!(
-                "the handler rejected message {} of a slice of {}",
-                rejection.index,
-                messages.len()
-            )
-            .into(),
-        ))
-    })?;
-    Ok(DeadLetter::new(
-        message.raw.clone(),
-        Some(message.id.to_string()),
-        rejection.reason.clone(),
-        rejection.detail.clone(),
-    ))
 }

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::{insert_ids, rejected_letter};
+use super::transaction::{insert_ids, rejected_letter};
 use crate::db::Transaction;
 use crate::error::InboxError;
 use crate::handler::{Handler, Rejection};

@@ -6,7 +6,8 @@
 
 use deadpool_postgres::Client;
 
-use super::{rejected_letter, TxOutcome};
+use super::transaction::rejected_letter;
+use super::TxOutcome;
 use crate::dead_letter::{self, RowForm};
 use crate::error::InboxError;
 use crate::failpoint::failpoint;

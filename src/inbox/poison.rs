@@ -5,10 +5,12 @@
 
 use deadpool_postgres::Client;
 
-use super::{dedup_in_batch, insert_ids, TxOutcome};
+use super::transaction::insert_ids;
+use super::TxOutcome;
 use crate::dead_letter::{self, RowForm};
 use crate::error::InboxError;
 use crate::failpoint::failpoint;
+use crate::message::dedup_in_batch;
 use crate::message::DeadLetter;
 use crate::message::{Decoded, Message};
 use crate::offset_table::OffsetTarget;
