@@ -216,11 +216,12 @@ async fn throughput(pools: &[Pool], plan: &Plan) -> Result<Vec<Value>> {
     for round in 0..plan.rounds {
         for (i, (pool, cfg)) in pools.iter().zip(CONFIGS).enumerate() {
             let batches = load::batches(cfg.ids, BATCH, plan.batches_per_chunk, &mut offset);
-            let mut c = pool.get().await?;
+            let c = pool.get().await?;
             c.batch_execute("CHECKPOINT").await?;
             let wal = load::wal_lsn(&c).await?;
+            let inbox = load::inbox(pool);
             for batch in &batches {
-                let took = load::apply(&mut c, batch).await?;
+                let took = load::apply(&inbox, batch).await?;
                 let t = &mut totals[i];
                 t.0 += BATCH as u64;
                 t.1 += took;

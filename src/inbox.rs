@@ -26,6 +26,7 @@ use crate::handler::Handler;
 use crate::message::{decode_batch, reject_outside_window, Decoded, RawMessage};
 use crate::offset_table::OffsetTarget;
 pub use crate::outcome::{StageTimings, TxOutcome};
+pub use crate::reason::ReasonCounts;
 use crate::unsafe_controls::UnsafeControls;
 
 mod minimal_rows;
@@ -33,7 +34,7 @@ use minimal_rows::refused_rows;
 mod poison;
 mod transaction;
 mod within;
-pub use transaction::{apply_batch, apply_one, last_offset};
+pub(crate) use transaction::{apply_batch, apply_one, last_offset};
 pub use within::{apply_within, Applied};
 #[cfg(feature = "unsafe-controls")]
 mod without_inbox;

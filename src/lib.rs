@@ -100,9 +100,9 @@
 //!   handler step, `inbox::apply_within`), marked, never deleted.
 //! - `retention`, `db`, `db_tls`, `error`, `failpoint`, `unsafe_controls`: inbox retention, the
 //!   pool and migrations, TLS, error types, and the test-only hooks.
-#![warn(missing_docs, unreachable_pub)]
+#![warn(missing_docs, unreachable_pub, unnameable_types)]
 
-mod batcher;
+pub mod batcher;
 mod config;
 mod config_file;
 mod consumer;
@@ -110,16 +110,16 @@ mod days;
 pub mod db;
 mod db_tls;
 mod dead_letter;
-mod defaults;
+pub mod defaults;
 mod drain;
 mod error;
-mod exporter;
+pub mod exporter;
 mod failpoint;
 mod handler;
-mod inbox;
+pub mod inbox;
 pub mod ledger;
 mod logging;
-mod message;
+pub mod message;
 mod metrics;
 mod names;
 mod offset_table;
@@ -130,19 +130,21 @@ mod reason;
 pub mod redrive;
 mod resume;
 pub mod retention;
-mod secret;
-mod sql;
+pub mod secret;
+pub mod sql;
 mod sql_handler;
 mod stats;
 pub mod stats_file;
 mod telemetry;
 mod unsafe_controls;
-mod worker;
+pub mod worker;
 
-pub use batcher::BatcherSettings;
+pub use batcher::{BatcherSettings, Batching};
 pub use consumer::KafkaSettings;
 pub use db::Transaction;
-pub use error::{DbError, HandlerError, InboxError, KafkaClientError, RunError};
+pub use error::{
+    DbError, Fault, HandlerError, InboxError, KafkaClientError, RefusedSetting, RunError,
+};
 pub use handler::{Handler, Rejection};
 pub use inbox::Mode;
 pub use message::{Decode, Header, Message, RawMessage};

@@ -295,8 +295,7 @@ async fn process<H: Handler>(
     let stop_ops = stop.clone().drop_guard();
     let config = args.processor();
     // Before the listener starts: no scrape of an unsafe run reads 0.
-    let switches = config.worker.unsafe_controls.switches();
-    stats.telemetry.set_unsafe_mode(&switches);
+    stats.mark_unsafe(&config.worker.unsafe_controls);
     if let Some(addr) = args.ops.metrics_addr {
         let url = args.db.database_url.expose();
         batch_inbox::internal::exporter::start(

@@ -44,7 +44,7 @@ pub struct Stats {
     /// Latency and batch-size distributions for `--stats-file`; only kept when asked for.
     report: Option<crate::metrics::Metrics>,
     /// Prometheus metrics and live gauges (lag, in-flight batches, assigned partitions).
-    pub telemetry: crate::telemetry::Telemetry,
+    pub(crate) telemetry: crate::telemetry::Telemetry,
 }
 
 /// A copy of [`Stats`] at one instant.
@@ -95,7 +95,12 @@ impl Stats {
 
     /// Records one committed transaction, `committed_at` being the wall-clock time of its COMMIT:
     /// the counters, the Prometheus metrics and, when kept, the report's distributions.
-    pub fn record_batch(&self, o: &TxOutcome, sample: &BatchSample<'_>, committed_at: SystemTime) {
+    pub(crate) fn record_batch(
+        &self,
+        o: &TxOutcome,
+        sample: &BatchSample<'_>,
+        committed_at: SystemTime,
+    ) {
         self.count(o);
         self.telemetry.record_batch(o, sample, committed_at);
         if let Some(report) = &self.report {
@@ -104,7 +109,7 @@ impl Stats {
     }
 
     /// Records the arrivals of a batch that just closed at `closed_ms` (Unix ms).
-    pub fn record_arrivals(&self, arrivals: &[crate::metrics::Arrival], closed_ms: i64) {
+    pub(crate) fn record_arrivals(&self, arrivals: &[crate::metrics::Arrival], closed_ms: i64) {
         self.telemetry.record_arrivals(arrivals, closed_ms);
         if let Some(report) = &self.report {
             report.record_arrivals(arrivals, closed_ms);
@@ -117,7 +122,7 @@ impl Stats {
     }
 
     /// Counts one failed attempt that will be retried.
-    pub fn record_retry(&self) {
+    pub(crate) fn record_retry(&self) {
         self.retries.fetch_add(1, Relaxed);
         self.telemetry.record_retry();
     }
@@ -132,6 +137,12 @@ impl Stats {
         self.dead_letters_written
             .fetch_add(o.dead_letters_written, Relaxed);
         self.transactions.fetch_add(1, Relaxed);
+    }
+
+    /// Shows `controls`' unsafe switches in the metrics (`batch_inbox_unsafe_mode`) at once,
+    /// before [`crate::run`] does, so that no scrape of an unsafe run reads 0.
+    pub fn mark_unsafe(&self, controls: &crate::UnsafeControls) {
+        self.telemetry.set_unsafe_mode(&controls.switches());
     }
 
     /// Why a partition is stalled (its SQLSTATE and what failed), or `None` when none is: what

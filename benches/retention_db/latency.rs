@@ -32,9 +32,10 @@ async fn paced_load(
     min: Duration,
     done: &CancellationToken,
 ) -> Result<(Histogram<u64>, i64)> {
-    let mut c = pool.get().await?;
+    let c = pool.get().await?;
     c.batch_execute("CHECKPOINT").await?;
     let wal = load::wal_lsn(&c).await?;
+    let inbox = load::inbox(pool);
     let mut hist = load::histogram();
     let started = tokio::time::Instant::now();
     let mut offset = 1_000_000_000;
@@ -45,7 +46,7 @@ async fn paced_load(
         let batch = load::batches(Ids::V7, BATCH, 1, &mut offset).remove(0);
         let intended = started + plan.interval * i;
         tokio::time::sleep_until(intended).await;
-        load::apply(&mut c, &batch).await?;
+        load::apply(&inbox, &batch).await?;
         hist.saturating_record(intended.elapsed().as_micros() as u64);
     }
     Ok((hist, load::wal_lsn(&c).await? - wal))

@@ -1,17 +1,17 @@
 //! The processor's side of the retention bench: batches of new ids through the library's inbox
-//! transaction (`batch_inbox::internal::inbox::apply_batch`, a handler that does nothing), timed per batch.
+//! transaction (`batch_inbox::inbox::Inbox::apply_batch`, a handler that does nothing), timed per
+//! batch.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use batch_inbox::internal::error::HandlerError;
-use batch_inbox::internal::handler::{Handler, Rejection};
-use batch_inbox::internal::message::{decode_batch, Decode, Decoded, Header, Message, RawMessage};
-use batch_inbox::internal::reason::Reason;
+use batch_inbox::inbox::Inbox;
+use batch_inbox::message::{decode_batch, Decoded};
 use batch_inbox::Transaction;
+use batch_inbox::{Decode, Handler, HandlerError, Header, Message, RawMessage, Reason, Rejection};
 use bytes::Bytes;
-use deadpool_postgres::Object;
+use deadpool_postgres::{Object, Pool};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -97,14 +97,18 @@ pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
 }
 
+/// The inbox of the bench's batches (no offsets in the database: the bench has no group).
+pub fn inbox(pool: &Pool) -> Inbox<Noop> {
+    Inbox::new(pool.clone(), Arc::new(Noop), "id")
+}
+
 /// Applies one batch; checks that every id was new. Returns its latency.
-pub async fn apply(client: &mut Object, batch: &Decoded<Nothing>) -> Result<Duration> {
+pub async fn apply(inbox: &Inbox<Noop>, batch: &Decoded<Nothing>) -> Result<Duration> {
     let started = Instant::now();
-    let rows = batch_inbox::internal::dead_letter::RowForm::full("id");
-    let outcome =
-        batch_inbox::internal::inbox::apply_batch(client, &Noop, ("bench", 0), batch, None, rows)
-            .await
-            .context("the inbox transaction")?;
+    let outcome = inbox
+        .apply_batch("bench", 0, batch)
+        .await
+        .context("the inbox transaction")?;
     if outcome.new != batch.messages.len() as u64 {
         bail!("{} of {} ids were new", outcome.new, batch.messages.len());
     }

@@ -21,7 +21,7 @@ use crate::sql::{INSERT_IDS, INSERT_IDS_AND_OFFSET, INSERT_ONE_ID, INSERT_ONE_ID
 
 /// The batched inbox transaction over an explicit connection; with a `target`, it also records
 /// the partition's next offset. Dead letters are written as rows of `rows`.
-pub async fn apply_batch<H: Handler>(
+pub(crate) async fn apply_batch<H: Handler>(
     client: &mut Client,
     handler: &H,
     (topic, partition): (&str, i32),
@@ -77,7 +77,7 @@ pub async fn apply_batch<H: Handler>(
 }
 
 /// The highest offset of a decoded batch's records.
-pub fn last_offset<P>(batch: &Decoded<P>) -> Option<i64> {
+pub(crate) fn last_offset<P>(batch: &Decoded<P>) -> Option<i64> {
     let a = batch.messages.iter().map(|m| m.raw.offset);
     let b = batch.dead_letters.iter().map(|l| l.raw.offset);
     a.chain(b).max()
@@ -93,7 +93,7 @@ fn lap(clock: &mut Instant) -> Duration {
 /// The per-message inbox transaction: `record` holds exactly one decoded record; with a
 /// `target`, it also records the partition's next offset. Dead letters are written as rows of
 /// `rows`.
-pub async fn apply_one<H: Handler>(
+pub(crate) async fn apply_one<H: Handler>(
     client: &mut Client,
     handler: &H,
     (topic, partition): (&str, i32),
