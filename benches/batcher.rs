@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use batch_inbox::internal::batcher::{Batcher, BatcherSettings};
+use batch_inbox::batcher::{Batcher, BatcherSettings};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tokio::time::Instant;
 

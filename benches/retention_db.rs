@@ -27,8 +27,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
+use batch_inbox::days::{day_of_millis, unix_millis};
 use batch_inbox::db;
-use batch_inbox::internal::days::{day_of_millis, unix_millis};
 use batch_inbox::retention::delete::NOT_V7;
 use batch_inbox::retention::partition::{self, DdlOutcome};
 use batch_inbox::retention::Layout;

@@ -106,7 +106,7 @@ pub mod batcher;
 mod config;
 mod config_file;
 mod consumer;
-mod days;
+pub mod days;
 pub mod db;
 mod db_tls;
 mod dead_letter;

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::generate::Record;
-use batch_inbox::internal::error::DbError;
+use batch_inbox::DbError;
 use members::{Cluster, MemberSpec};
 use nemesis::{BrokerFaults, Nemesis, NemesisSettings};
 use offsets::GroupOffsets;

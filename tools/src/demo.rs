@@ -12,10 +12,10 @@ use rdkafka::mocking::MockCluster;
 
 use crate::generate::{generate, Expected, GeneratorSettings};
 use crate::verify::{differences, observe};
-use batch_inbox::internal::consumer::KafkaSettings;
-use batch_inbox::internal::processor::ProcessorConfig;
-use batch_inbox::internal::stats::StatsSnapshot;
 use batch_inbox::ledger::Ledger;
+use batch_inbox::KafkaSettings;
+use batch_inbox::ProcessorConfig;
+use batch_inbox::StatsSnapshot;
 
 /// What the demo did.
 #[derive(Debug)]

@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use batch_inbox::internal::config::{DbArgs, KafkaArgs, PipelineArgs};
-use batch_inbox::internal::consumer::KafkaSettings;
-use batch_inbox::internal::stats::Stats;
 use batch_inbox::stats_file::RunSettings;
 use batch_inbox::stats_file::{StatsFile, StatsReport};
+use batch_inbox::KafkaSettings;
+use batch_inbox::Stats;
 
 use crate::report::{read_stats, RunReport};
 
@@ -281,14 +281,8 @@ pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
         args.stats_interval,
     );
     let handler = Arc::new(batch_inbox::ledger::Ledger);
-    let result = batch_inbox::internal::processor::run_with_stats(
-        config,
-        pool,
-        handler,
-        stats.clone(),
-        stop_signal(),
-    )
-    .await;
+    let result =
+        batch_inbox::run_with_stats(config, pool, handler, stats.clone(), stop_signal()).await;
     file.finish().await?;
     result?;
     let s = stats.snapshot();

@@ -8,7 +8,7 @@ use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-use batch_inbox::internal::error::DbError;
+use batch_inbox::DbError;
 
 /// Statements executed so far in the current database, from pg_stat_statements; `None` when the
 /// extension is not loaded (it needs `shared_preload_libraries`).

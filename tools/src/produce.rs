@@ -16,8 +16,8 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
 use crate::generate::Record;
-use batch_inbox::internal::error::KafkaClientError;
 use batch_inbox::stats_file::Percentiles;
+use batch_inbox::KafkaClientError;
 
 /// Most records awaiting delivery at once.
 const IN_FLIGHT: usize = 20_000;

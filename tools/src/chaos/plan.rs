@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::generate::{generate, Expected, GeneratorSettings, KeyDistribution, Record};
-use batch_inbox::internal::error::DbError;
+use batch_inbox::DbError;
 
 /// `chaos` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -107,7 +107,7 @@ pub enum ChaosError {
     Kafka(#[from] rdkafka::error::KafkaError),
     /// A Kafka client could not be created.
     #[error(transparent)]
-    KafkaClient(#[from] batch_inbox::internal::error::KafkaClientError),
+    KafkaClient(#[from] batch_inbox::KafkaClientError),
     /// Database setup failure.
     #[error("database: {0}")]
     Db(#[from] DbError),

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use batch_inbox::internal::handler::Handler;
-use batch_inbox::internal::inbox::{Inbox, TxOutcome};
+use batch_inbox::inbox::{Inbox, TxOutcome};
+use batch_inbox::Handler;
 use batch_inbox::Mode;
 use hdrhistogram::Histogram;
 

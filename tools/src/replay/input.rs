@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::generate::{generate, Expected, GeneratorSettings, Record};
-use batch_inbox::internal::message::{Decoded, Header, RawMessage};
+use batch_inbox::message::{Decoded, Header, RawMessage};
 use bytes::Bytes;
 
 /// The batches of one partition, in offset order.
