@@ -9,6 +9,9 @@ use tokio_postgres::error::SqlState;
 
 use crate::secret::{scrub, sensitive_values};
 
+mod fault;
+pub use fault::{classify_db, classify_state, is_retryable_db, Fault};
+
 /// An error with its causes, each once (a wrapper that displays its cause is not repeated).
 pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
@@ -22,80 +25,6 @@ pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
         cause = c.source();
     }
     text
-}
-
-/// True when a PostgreSQL error is transient: the same work may succeed when retried.
-pub fn is_retryable_db(err: &tokio_postgres::Error) -> bool {
-    if err.is_closed() {
-        return true;
-    }
-    match err.code() {
-        Some(code) => is_retryable_state(code),
-        // No SQLSTATE: a client-side failure. I/O failures (connection reset, refused) are
-        // transient; conversion errors are bugs and are not.
-        None => std::error::Error::source(err)
-            .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()),
-    }
-}
-
-fn is_retryable_state(code: &SqlState) -> bool {
-    classify_state(code) == Fault::Transient
-}
-
-/// Whose fault a failure is, which decides what the partition's worker does with it.
-///
-/// | fault | SQLSTATE classes and kinds | the worker |
-/// |---|---|---|
-/// | [`Fault::Transient`] | 08 connection, 40 rollback (serialization, deadlock), 53 resources, 57 operator intervention except 57P04, 55P03 lock not available, I/O errors, a closed connection | retries with backoff |
-/// | [`Fault::Message`] | 21 cardinality, 22 data exception, 23 integrity (also a deferred constraint at COMMIT), 44 `WITH CHECK OPTION`, P0 PL/pgSQL (`RAISE`, `ASSERT`, no or too many rows), 54 program limit; [`HandlerError::Message`] | bisects the batch down to the failing message and dead-letters it |
-/// | [`Fault::Environment`] | every other class, unknown ones included (42 undefined table or column, insufficient privilege; 0A cached plan changed; 25 read-only; 2B, 2D, 3D, 3F, 58, F0, XX, 57P04 database dropped, …); [`HandlerError::Environment`] and [`HandlerError::Other`] | stalls: commits, dead-letters and stores nothing, retries with capped backoff until it succeeds |
-///
-/// The rule: a failure is the message's only when it depends on the batch's data, so that
-/// bisecting can isolate it. Taking the environment's fault for the message's would turn one
-/// `REVOKE` into a dead-lettered stream; an operator fixes the environment, and the partition
-/// resumes by itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// The same work may succeed when retried soon.
-    Transient,
-    /// The batch's data: one of its messages is bad.
-    Message,
-    /// The database, the schema, the grants or the handler's code: an operator's to fix.
-    Environment,
-}
-
-/// The [`Fault`] of a SQLSTATE, by its class (and the few codes that differ from their class).
-pub fn classify_state(code: &SqlState) -> Fault {
-    if *code == SqlState::LOCK_NOT_AVAILABLE {
-        return Fault::Transient;
-    }
-    // 57P04: the database was dropped, which no retry soon will fix.
-    if *code == SqlState::DATABASE_DROPPED {
-        return Fault::Environment;
-    }
-    match &code.code()[..2] {
-        "08" | "40" | "53" | "57" => Fault::Transient,
-        "21" | "22" | "23" | "44" | "54" | "P0" => Fault::Message,
-        _ => Fault::Environment,
-    }
-}
-
-/// The [`Fault`] of a PostgreSQL error: by SQLSTATE; without one, a closed connection or an I/O
-/// failure is transient, and anything else (a value the client cannot convert: the handler's
-/// types do not match the table's) is the environment's.
-pub fn classify_db(err: &tokio_postgres::Error) -> Fault {
-    if err.is_closed() {
-        return Fault::Transient;
-    }
-    match err.code() {
-        Some(code) => classify_state(code),
-        None if std::error::Error::source(err)
-            .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()) =>
-        {
-            Fault::Transient
-        }
-        None => Fault::Environment,
-    }
 }
 
 /// Failure of a handler's business logic.
@@ -376,97 +305,4 @@ pub struct RefusedSetting {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_kafka_client_error_names_the_property_never_its_value() {
-        let pw = "Sup3rS3cretPw";
-        let refused = KafkaError::ClientConfig(
-            RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
-            format!("Invalid value \"{pw}\" for configuration property \"fetch.min.bytes\""),
-            "fetch.min.bytes".to_owned(),
-            pw.to_owned(),
-        );
-        let e = KafkaClientError::new(refused, &[]);
-        assert_eq!(
-            e.to_string(),
-            "librdkafka property `fetch.min.bytes`: invalid value (its value is not shown)"
-        );
-        assert!(!format!("{e:?}").contains(pw));
-        let unknown = KafkaError::ClientConfig(
-            RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN,
-            "No such configuration property: \"sasl.pasword\"".to_owned(),
-            "sasl.pasword".to_owned(),
-            pw.to_owned(),
-        );
-        let e = KafkaClientError::new(unknown, &[]);
-        assert!(
-            e.to_string().contains("`sasl.pasword`: no such property"),
-            "{e}"
-        );
-        let creation = KafkaError::ClientCreation(format!("ssl.key.pem failed: {pw}"));
-        let props = [("ssl.key.pem".to_owned(), pw.to_owned())];
-        let e = KafkaClientError::new(creation, &props);
-        assert!(e.to_string().ends_with("ssl.key.pem failed: ***"), "{e}");
-    }
-
-    #[test]
-    fn transient_states_are_retryable_and_constraint_violations_are_not() {
-        for code in [
-            SqlState::T_R_SERIALIZATION_FAILURE,
-            SqlState::T_R_DEADLOCK_DETECTED,
-            SqlState::ADMIN_SHUTDOWN,
-            SqlState::CANNOT_CONNECT_NOW,
-            SqlState::CONNECTION_FAILURE,
-            SqlState::TOO_MANY_CONNECTIONS,
-        ] {
-            assert!(is_retryable_state(&code), "{code:?}");
-        }
-        for code in [
-            SqlState::UNIQUE_VIOLATION,
-            SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
-            SqlState::UNDEFINED_TABLE,
-            SqlState::SYNTAX_ERROR,
-        ] {
-            assert!(!is_retryable_state(&code), "{code:?}");
-        }
-    }
-
-    #[test]
-    fn every_failure_has_one_owner_the_transient_the_message_or_the_environment() {
-        let owner = |code: &str| classify_state(&SqlState::from_code(code));
-        // Transient: connection, rollback, resources, operator intervention, lock not available.
-        for code in [
-            "08006", "40001", "40P01", "53300", "57P01", "57P03", "55P03",
-        ] {
-            assert_eq!(owner(code), Fault::Transient, "{code}");
-        }
-        // The message's: the failure depends on the batch's data.
-        for code in [
-            "21000", "22003", "22P02", "22021", "23505", "23514", "23503", "44000", "54000",
-            "P0001", "P0002", "P0003", "P0004",
-        ] {
-            assert_eq!(owner(code), Fault::Message, "{code}");
-        }
-        // The environment's: schema, grants, plans, read-only, system; unknown classes too.
-        for code in [
-            "42P01", "42703", "42501", "42883", "0A000", "25006", "2BP01", "3D000", "3F000",
-            "58030", "F0000", "XX000", "57P04", "ZZ999", "HV000",
-        ] {
-            assert_eq!(owner(code), Fault::Environment, "{code}");
-        }
-    }
-
-    #[test]
-    fn a_handler_error_is_the_message_s_fault_only_when_it_says_so() {
-        let boxed = || -> Box<dyn std::error::Error + Send + Sync> { "x".into() };
-        assert_eq!(HandlerError::Message(boxed()).fault(), Fault::Message);
-        assert_eq!(
-            HandlerError::Environment(boxed()).fault(),
-            Fault::Environment
-        );
-        assert_eq!(HandlerError::Other(boxed()).fault(), Fault::Environment);
-        assert!(!HandlerError::Other(boxed()).is_retryable());
-    }
-}
+mod tests;
