@@ -47,8 +47,9 @@ pub fn db_name(name: &str) -> String {
     format!("{prefix}{name}")
 }
 
-/// Drops and creates database `<prefix><name>`, migrates it, returns its URL and a pool. The prefix
-/// is `bi_`, or `TEST_DATABASE_PREFIX` so that two checkouts can run their tests at once.
+/// Drops and creates database `<prefix><name>`, migrates it (the core's tables and the ledger's),
+/// returns its URL and a pool. The prefix is `bi_`, or `TEST_DATABASE_PREFIX` so that two
+/// checkouts can run their tests at once.
 pub async fn fresh_db(name: &str) -> (String, Pool) {
     let db = db_name(name);
     let admin = db::connect(&db_url("postgres"), 1)
@@ -64,6 +65,7 @@ pub async fn fresh_db(name: &str) -> (String, Pool) {
     let url = db_url(&db);
     let pool = db::connect(&url, 8).await.unwrap();
     db::migrate(&pool).await.unwrap();
+    batch_inbox::ledger::migrate(&pool).await.unwrap();
     (url, pool)
 }
 
