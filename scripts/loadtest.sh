@@ -8,7 +8,8 @@
 # an Apache Kafka node (scripts/kafka/lib.sh; or use $KAFKA_BROKERS, or nisshi with NISSHI_BIN); produce ONE input set with duplicates, bad input and
 # overdrafts; then, each on a fresh database and consumer group, drain it with: the per-message
 # baseline, the batched mode over a batch-size sweep, natural batching, the SQL handler
-# (examples/sql/balances_upsert.sql) per message and batched, and a consume-only drain
+# (examples/sql/balances_upsert.sql, on a database migrated with --handler sql and its table from
+# examples/sql/balances.ddl.sql) per message and batched, and a consume-only drain
 # (broker/client ceiling); replay the same records from memory with the same statements and
 # handler and no Kafka (database-only ceiling); copy the same ids with binary COPY (raw database
 # floor); drain with 1, 2 and 4 processes in one group (scale-out); drain a smaller input through
@@ -143,12 +144,20 @@ PY
   fi
 }
 
-# run_drain LABEL TOPIC [run flags...]: fresh database and group, drain, verify, report.
+# run_drain LABEL TOPIC [--ddl FILE] [run flags...]: fresh database and group, drain, verify,
+# report.
 run_drain() {
   local label=$1 topic=$2; shift 2
   local db="bi_lt_${label//-/_}"
   fresh_database "$db"
-  DATABASE_URL=$(db_url "$db") $bin migrate >/dev/null
+  # --ddl FILE: a SQL handler's run: the core's tables, and the statement's own from FILE.
+  if [ "${1:-}" = --ddl ]; then
+    DATABASE_URL=$(db_url "$db") $bin migrate --handler sql >/dev/null
+    psql -q -h 127.0.0.1 -U postgres -d "$db" -v ON_ERROR_STOP=1 -f "$2" >/dev/null
+    shift 2
+  else
+    DATABASE_URL=$(db_url "$db") $bin migrate --handler ledger >/dev/null
+  fi
   log "run $label"
   cpu_mark "$label" start
   local expect=()
@@ -225,7 +234,7 @@ latency_run() {
   local db="bi_lt_${label//-/_}" expect=()
   fresh_database "$db"
   if [ "$2" = run ]; then
-    DATABASE_URL=$(db_url "$db") $bin migrate >/dev/null
+    DATABASE_URL=$(db_url "$db") $bin migrate --handler ledger >/dev/null
     expect=(--expect "$work/$label.expected.json")
   fi
   $bench produce --topic "$topic" --partitions "$PARTITIONS" --messages 0 >/dev/null
@@ -298,10 +307,14 @@ for size in $BATCH_SIZES; do
   [ "$size" -gt "$largest" ] && largest=$size
 done
 # The SQL handler on the same input, next to the Rust ledger: one aggregate upsert per batch,
-# checked against the model without the ledger's overdraft rule.
+# checked against the model without the ledger's overdraft rule, on a database of the SQL
+# handler (the core's tables, and its balances table from its DDL file).
 sql=(--handler sql --apply-sql examples/sql/balances_upsert.sql)
-run_drain sql-per-message "$topic" --expect "$expect" --sums --mode per-message "${sql[@]}"
-run_drain sql-batched "$topic" --expect "$expect" --sums --batch-size "$SQL_BATCH_SIZE" "${sql[@]}"
+sql_ddl=(--ddl examples/sql/balances.ddl.sql)
+run_drain sql-per-message "$topic" "${sql_ddl[@]}" --expect "$expect" --sums --mode per-message \
+  "${sql[@]}"
+run_drain sql-batched "$topic" "${sql_ddl[@]}" --expect "$expect" --sums \
+  --batch-size "$SQL_BATCH_SIZE" "${sql[@]}"
 # The broker-and-client ceiling: the same pipeline without any database work.
 db="bi_lt_consume_only"
 fresh_database "$db"

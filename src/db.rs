@@ -1,8 +1,25 @@
 //! Connection pool and schema migrations.
 //!
-//! Migrations are the numbered files of `migrations/`, compiled into the binary, applied in order
-//! inside one transaction under an advisory lock and recorded in `schema_migrations`, so running
-//! `migrate` twice, or from two processes at once, is safe.
+//! Migrations are numbered SQL files, compiled into the binary, applied in order inside one
+//! transaction under an advisory lock and recorded in `schema_migrations`, so running `migrate`
+//! twice, or from two processes at once, is safe.
+//!
+//! # Versions by owner
+//!
+//! Each set of tables has an owner, whose migrations are numbered from 1 and recorded under its
+//! name (`schema_migrations (owner, version, name, applied_at)`), apart from every other owner's:
+//! the core ([`CORE`], `migrations/core/`: `inbox`, `dead_letters`, `consumer_offsets`), which
+//! every handler needs, and the ledger ([`crate::ledger::OWNER`], `migrations/ledger/`:
+//! `balances`), which only the ledger needs. [`migrate`] and [`check_schema`] are the core's;
+//! [`crate::ledger::migrate`] and [`crate::ledger::check_schema`] the ledger's. A database
+//! applied to by the SQL handler holds the core's tables and none of the ledger's.
+//!
+//! Releases before owners recorded one sequence for every table (`schema_migrations (version,
+//! name, applied_at)`, versions 1 to 8, the ledger's as 2 and 3). The first migrate of either
+//! owner finds that layout by its missing `owner` column and re-records each row under its owner
+//! and its version there (1 to 8 become core 1, ledger 1 and 2, core 2 to 6), keeping
+//! `applied_at`, in the migration's transaction: the tables themselves are not touched. A row
+//! that no release recorded stops it, with nothing changed.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,6 +28,8 @@ use deadpool_postgres::{Hook, HookError, ManagerConfig, Pool, RecyclingMethod, R
 
 use crate::error::DbError;
 
+pub(crate) mod schema;
+
 /// The transaction a batch runs in, and that a [`Handler`](crate::Handler) works in: the pool's
 /// (deadpool-postgres) transaction, so that a handler can use every `tokio_postgres` call on it.
 pub use deadpool_postgres::Transaction;
@@ -18,7 +37,7 @@ pub use deadpool_postgres::Transaction;
 /// One schema migration.
 #[derive(Debug, Clone, Copy)]
 pub struct Migration {
-    /// Version number, strictly increasing.
+    /// Version number within its owner's migrations, from 1, strictly increasing.
     pub version: i32,
     /// Short name.
     pub name: &'static str,
@@ -26,52 +45,47 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
-/// Every migration, in order.
+/// The owner name under which the core's migrations are recorded in `schema_migrations`.
+pub const CORE: &str = "core";
+
+/// The core's migrations, in order: the tables of the pipeline itself (`inbox`,
+/// `dead_letters`, `consumer_offsets`) and their later changes, whatever the handler.
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "inbox",
-        sql: include_str!("../migrations/0001_inbox.sql"),
+        sql: include_str!("../migrations/core/0001_inbox.sql"),
     },
     Migration {
         version: 2,
-        name: "balances",
-        sql: include_str!("../migrations/0002_balances.sql"),
+        name: "consumer_offsets",
+        sql: include_str!("../migrations/core/0002_consumer_offsets.sql"),
     },
     Migration {
         version: 3,
-        name: "balances_fillfactor",
-        sql: include_str!("../migrations/0003_balances_fillfactor.sql"),
+        name: "inbox_processed_at",
+        sql: include_str!("../migrations/core/0003_inbox_processed_at.sql"),
     },
     Migration {
         version: 4,
-        name: "consumer_offsets",
-        sql: include_str!("../migrations/0004_consumer_offsets.sql"),
+        name: "dead_letters_raw_id",
+        sql: include_str!("../migrations/core/0004_dead_letters_raw_id.sql"),
     },
     Migration {
         version: 5,
-        name: "inbox_processed_at",
-        sql: include_str!("../migrations/0005_inbox_processed_at.sql"),
+        name: "inbox_processed_at_not_v7",
+        sql: include_str!("../migrations/core/0005_inbox_processed_at_not_v7.sql"),
     },
     Migration {
         version: 6,
-        name: "dead_letters_raw_id",
-        sql: include_str!("../migrations/0006_dead_letters_raw_id.sql"),
-    },
-    Migration {
-        version: 7,
-        name: "inbox_processed_at_not_v7",
-        sql: include_str!("../migrations/0007_inbox_processed_at_not_v7.sql"),
-    },
-    Migration {
-        version: 8,
         name: "dead_letters_redrive",
-        sql: include_str!("../migrations/0008_dead_letters_redrive.sql"),
+        sql: include_str!("../migrations/core/0006_dead_letters_redrive.sql"),
     },
 ];
 
-/// Arbitrary constant identifying the migration lock among advisory locks.
-const MIGRATION_LOCK: i64 = 0x6261_7463_6869_6e62;
+/// What a core schema behind tells an operator to run (when it does not know the handler).
+const CORE_MIGRATE: &str =
+    "`batch-inbox migrate` (`batch-inbox migrate --handler sql` for the core's tables alone)";
 
 /// How the pool's connections are opened, besides what the URL says.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -170,53 +184,19 @@ fn url_error(e: &tokio_postgres::Error) -> DbError {
     }
 }
 
-/// Applies the migrations not yet applied; returns the versions applied now.
+/// Creates or upgrades the core's tables: applies the core's [`MIGRATIONS`] not yet applied,
+/// in one transaction under the migration lock, and returns the versions applied now (empty
+/// when the core is current). A handler with tables of its own migrates them apart (the ledger:
+/// [`crate::ledger::migrate`]).
+///
+/// A database recorded by a release before migrations had owners is re-recorded first, in the
+/// same transaction ([versions by owner](self#versions-by-owner)).
 pub async fn migrate(pool: &Pool) -> Result<Vec<i32>, DbError> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-        .await?;
-    tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (
-             version    int PRIMARY KEY,
-             name       text NOT NULL,
-             applied_at timestamptz NOT NULL DEFAULT now())",
-    )
-    .await?;
-    let done: Vec<i32> = tx
-        .query("SELECT version FROM schema_migrations", &[])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let mut applied = Vec::new();
-    for m in MIGRATIONS.iter().filter(|m| !done.contains(&m.version)) {
-        tx.batch_execute(m.sql).await?;
-        tx.execute(
-            "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
-            &[&m.version, &m.name],
-        )
-        .await?;
-        applied.push(m.version);
-    }
-    tx.commit().await?;
-    Ok(applied)
+    schema::migrate(pool, CORE, MIGRATIONS).await
 }
 
-/// Fails with a clear error unless every migration has been applied.
+/// Fails with [`DbError::Schema`] unless every core migration has been applied (and with
+/// [`DbError::LegacySchema`] when `schema_migrations` has not been re-recorded by owner yet).
 pub async fn check_schema(pool: &Pool) -> Result<(), DbError> {
-    let client = pool.get().await?;
-    let latest = MIGRATIONS.last().map_or(0, |m| m.version);
-    let row = client
-        .query_one(
-            "SELECT CASE WHEN to_regclass('schema_migrations') IS NULL THEN 0
-                    ELSE (SELECT coalesce(max(version), 0) FROM schema_migrations) END",
-            &[],
-        )
-        .await?;
-    let have: i32 = row.get(0);
-    if have < latest {
-        return Err(DbError::Schema { have, want: latest });
-    }
-    Ok(())
+    schema::check(pool, CORE, MIGRATIONS, CORE_MIGRATE).await
 }

@@ -279,16 +279,61 @@ pub enum DbError {
     /// A statement failed.
     #[error("database: {0}")]
     Postgres(#[from] tokio_postgres::Error),
-    /// The schema is older than this binary.
+    /// An owner's tables are older than this binary.
     #[error(
-        "database schema is at version {have}, this binary needs {want}: run `batch-inbox migrate`"
+        "database schema: the {owner}'s tables are at version {have}, this binary needs {want}: \
+         run {migrate}"
     )]
     Schema {
-        /// Latest applied migration.
+        /// Whose tables: `core` or `ledger`.
+        owner: &'static str,
+        /// The owner's latest applied migration (0: none).
         have: i32,
-        /// Latest known migration.
+        /// The owner's latest known migration.
         want: i32,
+        /// The command that brings them up, quoted.
+        migrate: &'static str,
     },
+    /// `schema_migrations` still has the layout of a release before migrations had owners.
+    #[error(
+        "database schema: schema_migrations was recorded by a release before versions by owner: \
+         run {migrate} to re-record it"
+    )]
+    LegacySchema {
+        /// The command that re-records it, quoted.
+        migrate: &'static str,
+    },
+    /// `schema_migrations` (in the layout before owners) holds a row that no release recorded:
+    /// it is not re-recorded, and nothing is changed.
+    #[error(
+        "database schema: schema_migrations records version {version} ({name:?}), which no \
+         release recorded: nothing was changed"
+    )]
+    UnknownMigration {
+        /// Its version.
+        version: i32,
+        /// Its name.
+        name: String,
+    },
+}
+
+impl DbError {
+    /// This error with `migrate` (quoted) as the command that fixes it, when it is a schema
+    /// behind; any other error unchanged. A caller that knows the handler names its `migrate`.
+    pub fn with_migrate(self, migrate: &'static str) -> Self {
+        match self {
+            DbError::Schema {
+                owner, have, want, ..
+            } => DbError::Schema {
+                owner,
+                have,
+                want,
+                migrate,
+            },
+            DbError::LegacySchema { .. } => DbError::LegacySchema { migrate },
+            other => other,
+        }
+    }
 }
 
 /// A setting refused by a rule of the consumer's settings check. Like every configuration error, it names the property, never

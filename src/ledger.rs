@@ -8,6 +8,8 @@
 //! of the batch's entries ([`guard`]); the other accounts are locked in ascending order
 //! (`FOR UPDATE … ORDER BY`), created at 0 when missing, and go through the rules in memory.
 //! Concurrent batches over the same existing accounts never deadlock.
+//!
+//! Its table, `balances`, is its own: [`migrate`] creates it, apart from the core's tables.
 
 use std::collections::HashMap;
 
@@ -27,6 +29,9 @@ pub const AMOUNT_OVERFLOW: Reason = Reason::rejected("amount_overflow");
 
 mod batched;
 pub mod guard;
+mod schema;
+
+pub use schema::{check_schema, migrate, MIGRATIONS, OWNER};
 
 /// One ledger entry: the message value `{"account_id": i64, "amount": i64}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]

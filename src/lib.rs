@@ -63,7 +63,8 @@
 //! ## Using it
 //!
 //! A service implements [`Handler`] (its payload type implements [`Decode`]) and calls [`run`]
-//! with a [`ProcessorConfig`] and a pool from [`db::connect`], after [`db::migrate`]. The handler
+//! with a [`ProcessorConfig`] and a pool from [`db::connect`], after [`db::migrate`] (the core's
+//! tables; a handler's own come apart, the ledger's from [`ledger::migrate`]). The handler
 //! gets only messages whose ids are new, in partition order, and only the batch's
 //! [`Transaction`]; it returns the messages it refuses ([`Rejection`], with a [`Reason`] it
 //! names). [`ledger::Ledger`] is the reference implementation; [`SqlHandler`] runs one SQL

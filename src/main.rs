@@ -9,7 +9,7 @@ use batch_inbox::internal::config::{
 use batch_inbox::internal::config_file::{self, ConfigError, Source};
 use batch_inbox::internal::stats::Stats;
 use batch_inbox::stats_file::RunSettings;
-use batch_inbox::{db, ledger::Ledger, redrive, retention, Handler, SqlHandler};
+use batch_inbox::{db, ledger, ledger::Ledger, redrive, retention, DbError, Handler, SqlHandler};
 use clap::ValueEnum;
 use tokio_util::sync::CancellationToken;
 
@@ -72,7 +72,11 @@ async fn main() -> std::process::ExitCode {
 async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     let pool = db::connect(args.db.database_url.expose(), 1).await?;
     let applied = db::migrate(&pool).await?;
-    println!("migrations applied: {applied:?}");
+    println!("core migrations applied: {applied:?}");
+    if args.handler == HandlerKind::Ledger {
+        let applied = ledger::migrate(&pool).await?;
+        println!("ledger migrations applied: {applied:?}");
+    }
     if args.partitioned {
         let today = batch_inbox::internal::days::day_of_millis(
             batch_inbox::internal::days::unix_millis(std::time::SystemTime::now()),
@@ -125,7 +129,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
 
 async fn redrive(args: RedriveArgs) -> anyhow::Result<()> {
     let pool = db::connect(args.db.database_url.expose(), 1).await?;
-    db::check_schema(&pool).await?;
+    check_schema(&pool, args.handler.kind).await?;
     let selection = args.selection();
     if args.dry_run {
         let letters = redrive::preview(&pool, &selection).await?;
@@ -193,7 +197,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         options,
     )
     .await?;
-    db::check_schema(&pool).await?;
+    check_schema(&pool, args.handler.kind).await?;
     // Before anything else starts: a statement that cannot run ends the process here.
     let sql = sql_handler(&pool, &args.handler).await?;
     let maintenance = start_maintenance(&args, &pool).await?;
@@ -253,6 +257,27 @@ fn settings_of(args: &RunArgs) -> RunSettings {
             .kind
             .to_possible_value()
             .map_or_else(String::new, |v| v.get_name().to_owned()),
+    }
+}
+
+/// Fails unless the tables `handler` needs are current: the core's, and with the ledger the
+/// ledger's too. A schema behind names the `migrate` of this handler.
+async fn check_schema(pool: &deadpool_postgres::Pool, handler: HandlerKind) -> Result<(), DbError> {
+    let checked = match handler {
+        HandlerKind::Sql => db::check_schema(pool).await,
+        HandlerKind::Ledger => match db::check_schema(pool).await {
+            Ok(()) => ledger::check_schema(pool).await,
+            behind => behind,
+        },
+    };
+    checked.map_err(|e| e.with_migrate(migrate_command(handler)))
+}
+
+/// The `migrate` that creates and upgrades the tables of `handler`, quoted.
+fn migrate_command(handler: HandlerKind) -> &'static str {
+    match handler {
+        HandlerKind::Ledger => "`batch-inbox migrate --handler ledger`",
+        HandlerKind::Sql => "`batch-inbox migrate --handler sql`",
     }
 }
 

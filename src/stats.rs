@@ -141,7 +141,7 @@ impl Stats {
 
     /// Shows `controls`' unsafe switches in the metrics (`batch_inbox_unsafe_mode`) at once,
     /// before [`crate::run`] does, so that no scrape of an unsafe run reads 0.
-    pub fn mark_unsafe(&self, controls: &crate::UnsafeControls) {
+    pub fn mark_unsafe(&self, controls: &crate::unsafe_controls::UnsafeControls) {
         self.telemetry.set_unsafe_mode(&controls.switches());
     }
 

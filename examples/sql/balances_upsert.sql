@@ -1,5 +1,5 @@
--- The load test's statement: the ledger's table `balances (account_id, amount)` (created by
--- `batch-inbox migrate`), each batch's amounts added per account with one aggregate upsert.
+-- The load test's statement: a table shaped like the ledger's, `balances (account_id, amount)`
+-- (balances.ddl.sql), each batch's amounts added per account with one aggregate upsert.
 -- Unlike the Rust ledger it has no overdraft rule: a balance may go below zero. A value that is
 -- not {"account_id": integer, "amount": integer} is rejected as `invalid_payload`.
 WITH input AS (

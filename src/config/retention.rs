@@ -1,5 +1,5 @@
-//! The retention's flags (`migrate`, `cleanup`, and the cleanup flags of `run`) and their
-//! validation into [`RetentionSettings`].
+//! The flags of `migrate` and `cleanup`, the cleanup flags of `run`, and their validation into
+//! [`RetentionSettings`].
 //!
 //! Every value is validated by the parser: a retention of zero or without a unit is refused with
 //! a one-line reason.
@@ -47,6 +47,16 @@ pub struct MigrateArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub db: super::DbArgs,
+    /// Whose tables besides the core's (inbox, dead_letters, consumer_offsets): `ledger` (the
+    /// ledger's balances too) or `sql` (none: the SQL handler's tables are the application's).
+    #[arg(
+        id = "handler",
+        long = "handler",
+        env = "BATCH_INBOX_HANDLER",
+        value_enum,
+        default_value_t = super::HandlerKind::Ledger
+    )]
+    pub handler: super::HandlerKind,
     /// Lay the inbox out in daily partitions by UUIDv7 time (converts a plain inbox in place,
     /// keeping every row; stop the processors first).
     #[arg(long)]

@@ -3,7 +3,7 @@
 //! A row is expired when it was processed before the cutoff and, for a UUIDv7, also created before
 //! it. UUIDv7 rows are found through the primary key (their ids begin with their creation time,
 //! so those created before the cutoff are one key range, oldest first); other rows through the
-//! `inbox_processed_at` index, which holds only them (migration 7).
+//! `inbox_processed_at` index, which holds only them (core migration 5).
 //!
 //! Invariant: no statement here removes more than `batch_rows` rows or holds a lock for longer than
 //! one such statement: each DELETE is its own transaction, locks only rows no one else holds
@@ -84,7 +84,7 @@ mod tests {
         let migration = crate::db::MIGRATIONS
             .iter()
             .find(|m| m.name == "inbox_processed_at_not_v7")
-            .expect("migration 7");
+            .expect("core migration 5");
         assert!(migration.sql.contains(NOT_V7), "{}", migration.sql);
     }
 }

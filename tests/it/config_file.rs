@@ -117,6 +117,42 @@ fn the_dead_letter_commands_refuse_a_config_file() {
     }
 }
 
+/// One file serves both commands of a SQL handler's deployment: `handler` names `migrate`'s
+/// handler too, and `apply-sql`, a flag of `run` alone, is ignored by `migrate`.
+#[test]
+fn the_files_handler_is_migrates_handler_too() {
+    use batch_inbox::internal::config::HandlerKind;
+    let path = write("handler", "handler = \"sql\"\napply-sql = \"app.sql\"\n");
+    let path = path.to_str().unwrap();
+    let loaded = load(["batch-inbox", "migrate", "--config", path]).unwrap();
+    let Sub::Migrate(migrate) = &loaded.cli.command else {
+        panic!("not migrate")
+    };
+    assert_eq!(migrate.handler, HandlerKind::Sql);
+    let loaded = load(["batch-inbox", "run", "--config", path]).unwrap();
+    let Sub::Run(run) = &loaded.cli.command else {
+        panic!("not run")
+    };
+    assert_eq!(run.handler.kind, HandlerKind::Sql);
+    assert_eq!(run.handler.apply_sql, Some(PathBuf::from("app.sql")));
+    let loaded = load([
+        "batch-inbox",
+        "migrate",
+        "--config",
+        path,
+        "--handler",
+        "ledger",
+    ]);
+    let Sub::Migrate(migrate) = &loaded.unwrap().cli.command else {
+        panic!("not migrate")
+    };
+    assert_eq!(
+        migrate.handler,
+        HandlerKind::Ledger,
+        "the flag over the file"
+    );
+}
+
 #[test]
 fn an_unknown_key_is_refused_with_the_file_and_the_key() {
     let path = write("unknown", "batch-size = 10\nbatch-sise = 20\n");

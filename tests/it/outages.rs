@@ -55,6 +55,7 @@ async fn postgres_crashing_under_load_loses_nothing_and_commits_no_offset_while_
         .unwrap();
     let pool = db::connect(&pg.url(&name), 8).await.unwrap();
     db::migrate(&pool).await.unwrap();
+    batch_inbox::ledger::migrate(&pool).await.unwrap();
     let kafka = Kafka::new("pg_crash", 3);
     let (mut records, expected) = input(6_000, 11);
     let later = records.split_off(3_000);

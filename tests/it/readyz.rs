@@ -36,6 +36,7 @@ async fn readyz_flips_when_postgres_stops_and_starts() {
     let url = pg.url(&name);
     let pool = db::connect(&url, 4).await.unwrap();
     db::migrate(&pool).await.unwrap();
+    batch_inbox::ledger::migrate(&pool).await.unwrap();
 
     let stats = Arc::new(Stats::default());
     let stop = CancellationToken::new();

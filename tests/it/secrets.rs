@@ -322,6 +322,7 @@ async fn a_run_through_an_outage_logs_no_secret_and_readyz_tells_only_the_reason
     let url = format!("postgres://postgres:{PW}@127.0.0.1:{}/{name}", pg.port);
     let pool = batch_inbox::db::connect(&url, 1).await.unwrap();
     batch_inbox::db::migrate(&pool).await.unwrap();
+    batch_inbox::ledger::migrate(&pool).await.unwrap();
     drop(pool);
     let kafka = Kafka::new("secrets-run", 2);
     for i in 0..10u32 {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::common::broker::Broker;
 use crate::common::child::{Finished, Running};
 use crate::common::raw_producer::{RawProducer, RawRecord};
-use crate::common::{fresh_db, uuid};
+use crate::common::{fresh_core_db, uuid};
 use deadpool_postgres::Pool;
 
 #[cfg(feature = "failpoints")]
@@ -27,9 +27,10 @@ pub(crate) fn example(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A fresh migrated database with the tables of example DDL file `ddl`.
+/// A fresh database of the SQL handler (the core's tables, no ledger) with the tables of
+/// example DDL file `ddl`.
 pub(crate) async fn db_with(name: &str, ddl: &str) -> (String, Pool) {
-    let (url, pool) = fresh_db(name).await;
+    let (url, pool) = fresh_core_db(name).await;
     let ddl = std::fs::read_to_string(example(ddl)).unwrap();
     pool.get().await.unwrap().batch_execute(&ddl).await.unwrap();
     (url, pool)
@@ -368,7 +369,7 @@ async fn rejection_rows_with_a_bad_reason_never_stop_the_partition() {
         record(0, 6, None, "{}"),                       // 4
     ];
     produce(&broker, &topic, 1, &records).await;
-    let (url, pool) = fresh_db("sql_bad_rejections").await;
+    let (url, pool) = fresh_core_db("sql_bad_rejections").await;
     let file = std::env::temp_dir().join(format!("by-value-{}.sql", std::process::id()));
     std::fs::write(&file, BY_VALUE).unwrap();
     let run = run_sql(&url, &broker, &topic, "g", &file, &["--batch-size", "6"]).await;
@@ -403,7 +404,7 @@ async fn a_rejection_row_naming_a_foreign_id_stalls_until_the_statement_is_fixed
         record(0, 3, None, "{}"),
     ];
     produce(&broker, &topic, 1, &records).await;
-    let (url, pool) = fresh_db("sql_foreign_rejection").await;
+    let (url, pool) = fresh_core_db("sql_foreign_rejection").await;
     let dir = std::env::temp_dir();
     let (bad_file, fixed_file) = (
         dir.join(format!("by-value-foreign-{}.sql", std::process::id())),
@@ -473,7 +474,7 @@ async fn a_statement_that_cannot_run_ends_the_process_before_anything_is_consume
     let broker = Broker::start();
     let topic = broker.topic("sql-bad-statement");
     produce(&broker, &topic, 1, &[record(0, 1, None, "{}")]).await;
-    let (url, pool) = fresh_db("sql_bad_statement").await;
+    let (url, pool) = fresh_core_db("sql_bad_statement").await;
     let dir = std::env::temp_dir().join(format!("bad-sql-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (name, text, reason) in [

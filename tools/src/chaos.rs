@@ -116,6 +116,7 @@ struct Finished {
 async fn prepare_database(url: &str) -> Result<(), ChaosError> {
     let pool = batch_inbox::db::connect(url, 1).await?;
     batch_inbox::db::migrate(&pool).await?;
+    batch_inbox::ledger::migrate(&pool).await?;
     let client = pool.get().await.map_err(DbError::from)?;
     let rows: i64 = client
         .query_one(

@@ -139,6 +139,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
 async fn demo_in(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     let pool = db::connect(url, args.pipeline.pool_size.get()).await?;
     db::migrate(&pool).await?;
+    batch_inbox::ledger::migrate(&pool).await?;
     let pipeline = args.pipeline.clone();
     let report =
         batch_inbox_tools::demo::run(pool, args.generator.settings(), args.partitions, |k| {

@@ -205,6 +205,7 @@ async fn prepare_database(server: &Server, args: &Args) -> Result<deadpool_postg
     server.fresh_database(&args.database).await?;
     let pool = batch_inbox::db::connect(&args.database_url(), args.pool_size).await?;
     batch_inbox::db::migrate(&pool).await?;
+    batch_inbox::ledger::migrate(&pool).await?;
     let client = pool.get().await?;
     for file in &args.setup {
         let sql = std::fs::read_to_string(file).with_context(|| format!("{}", file.display()))?;

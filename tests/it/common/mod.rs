@@ -47,9 +47,18 @@ pub fn db_name(name: &str) -> String {
     format!("{prefix}{name}")
 }
 
-/// Drops and creates database `<prefix><name>`, migrates it, returns its URL and a pool. The prefix
-/// is `bi_`, or `TEST_DATABASE_PREFIX` so that two checkouts can run their tests at once.
+/// Drops and creates database `<prefix><name>`, migrates it (the core's tables and the ledger's),
+/// returns its URL and a pool. The prefix is `bi_`, or `TEST_DATABASE_PREFIX` so that two
+/// checkouts can run their tests at once.
 pub async fn fresh_db(name: &str) -> (String, Pool) {
+    let (url, pool) = fresh_core_db(name).await;
+    batch_inbox::ledger::migrate(&pool).await.unwrap();
+    (url, pool)
+}
+
+/// [`fresh_db`] with the core's tables alone, as `migrate --handler sql` leaves a SQL handler's
+/// database: no `balances`.
+pub async fn fresh_core_db(name: &str) -> (String, Pool) {
     let db = db_name(name);
     let admin = db::connect(&db_url("postgres"), 1)
         .await

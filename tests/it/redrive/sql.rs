@@ -3,7 +3,7 @@
 
 use super::{counts, exec, redrive_bin, report};
 use crate::common::broker::Broker;
-use crate::common::fresh_db;
+use crate::common::fresh_core_db;
 use crate::common::raw_producer::RawRecord;
 use crate::common::uuid;
 use crate::sql_handler::{produce, record};
@@ -13,7 +13,7 @@ use batch_inbox::redrive::RedriveReport;
 async fn a_sql_handler_gets_a_re_driven_message_as_it_first_would_have() {
     let broker = Broker::start();
     let topic = broker.topic("redrive-sql");
-    let (url, pool) = fresh_db("redrive_sql").await;
+    let (url, pool) = fresh_core_db("redrive_sql").await;
     exec(
         &pool,
         "CREATE TABLE events (message_id uuid PRIMARY KEY, n int NOT NULL CHECK (n % 3 <> 0),
