@@ -21,11 +21,11 @@ const ITEM_BYTES: usize = 120;
 const BATCH_SIZES: [usize; 4] = [1, 100, 1_000, 5_000];
 
 fn settings(max_items: usize) -> BatcherSettings {
-    BatcherSettings {
-        max_items: NonZeroUsize::new(max_items).expect("batch sizes are positive"),
-        max_bytes: NonZeroUsize::new(64 << 20).expect("a positive byte limit"),
-        linger: Duration::from_secs(60),
-    }
+    BatcherSettings::new(
+        NonZeroUsize::new(max_items).expect("batch sizes are positive"),
+        NonZeroUsize::new(64 << 20).expect("a positive byte limit"),
+        Duration::from_secs(60),
+    )
 }
 
 /// Pushes `items` items and drains every closed batch; returns the number of items popped.

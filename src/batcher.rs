@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 /// Limits of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BatcherSettings {
     /// Most items in a batch.
     pub max_items: NonZeroUsize,
@@ -22,6 +23,18 @@ pub struct BatcherSettings {
     pub max_bytes: NonZeroUsize,
     /// Longest wait after a batch's first item before it is closed.
     pub linger: Duration,
+}
+
+impl BatcherSettings {
+    /// At most `max_items` records or `max_bytes` bytes per batch, closed `linger` after its
+    /// first record at the latest.
+    pub fn new(max_items: NonZeroUsize, max_bytes: NonZeroUsize, linger: Duration) -> Self {
+        Self {
+            max_items,
+            max_bytes,
+            linger,
+        }
+    }
 }
 
 /// When an open batch closes, besides its size and byte limits.

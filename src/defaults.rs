@@ -66,3 +66,14 @@ pub const MAX_POISON_RATE: &str = "20/1m";
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// [`STATEMENT_TIMEOUT`] as the flag's default.
 pub const STATEMENT_TIMEOUT_FLAG: &str = "30s";
+
+impl Default for crate::batcher::BatcherSettings {
+    /// The product's: 1000 records, 4 MiB, and the default batching's linger (none).
+    fn default() -> Self {
+        Self::new(
+            BATCH_SIZE,
+            BATCH_MAX_BYTES,
+            Duration::from_millis(linger_ms(BATCHING)),
+        )
+    }
+}

@@ -76,27 +76,27 @@
 //!
 //! ## Layout
 //!
-//! The modules, in data-flow order (all private but `db` and the five above; the root
-//! re-exports the API):
+//! The modules, in data-flow order. Public: `batcher`, `days`, `db`, `defaults`, `exporter`,
+//! `inbox`, `ledger`, `message`, `redrive`, `retention`, `secret`, `sql`, `stats_file` and
+//! `worker`; the root re-exports what an embedding service needs. The command line is the
+//! binary's (`src/cli/`), not the library's.
 //!
-//! - `config`, `config_file`, `secret`, `defaults`: the command line, its config file, the
-//!   secrets it never shows, and every default.
+//! - `defaults`, `names`, `secret`: every default, settings as text, and the secrets never shown.
 //! - `consumer`: the group member (librdkafka), one queue per partition, rebalances, headers read
-//!   as bytes, refused settings; `drain`: when `--exit-on-eof` may exit; `resume`: start offsets
+//!   as bytes, refused settings; `drain`: when `exit_on_eof` may exit; `resume`: start offsets
 //!   from the database.
 //! - `batcher`: the pure per-partition micro-batcher (size / bytes / linger).
 //! - `message`: the owned record and its decoding (ids, payloads, dead letters); `reason`: why a
 //!   message is not applied; `days`: UUIDv7 time.
 //! - `worker`: one partition's loop: batches, retries, poison isolation, offsets stored only
-//!   after COMMIT (`offsets`: the contiguous committed position).
+//!   after COMMIT (`offsets`: the contiguous committed position); fed by Kafka or any source.
 //! - `inbox`: the transaction (dedup, handler, dead letters, next offset, COMMIT);
 //!   `dead_letter`: storable dead-letter rows; `offset_table`: offsets in the database; `sql`:
 //!   every statement; `handler`: the business trait; `ledger`: the reference handler;
 //!   `sql_handler`: the handler made of one SQL statement.
 //! - `processor`: the wiring of the above.
-//! - `outcome`, `stats`, `telemetry`, `metrics`, `stats_file`, `exporter`, `logging`: what a run
-//!   did, observed once and shown as counters, Prometheus metrics, the stats file, probes and
-//!   log lines.
+//! - `outcome`, `stats`, `telemetry`, `metrics`, `stats_file`, `exporter`: what a run did,
+//!   observed once and shown as counters, Prometheus metrics, the stats file and the probes.
 //! - `redrive`: dead letters listed and re-driven through the handler (the inbox's own dedup and
 //!   handler step, `inbox::apply_within`), marked, never deleted.
 //! - `retention`, `db`, `db_tls`, `error`, `failpoint`, `unsafe_controls`: inbox retention, the
@@ -104,8 +104,6 @@
 #![warn(missing_docs, unreachable_pub, unnameable_types)]
 
 pub mod batcher;
-mod config;
-mod config_file;
 mod consumer;
 pub mod days;
 pub mod db;
@@ -119,7 +117,6 @@ mod failpoint;
 mod handler;
 pub mod inbox;
 pub mod ledger;
-mod logging;
 pub mod message;
 mod metrics;
 mod names;
@@ -149,7 +146,7 @@ pub use error::{
 pub use handler::{Handler, Rejection};
 pub use inbox::Mode;
 pub use message::{Decode, Header, Message, RawMessage};
-pub use names::{Named, UnknownName};
+pub use names::{parse_interval, Named, UnknownName, MAX_INTERVAL};
 pub use processor::{run, run_with_stats, ProcessorConfig};
 pub use reason::{InvalidReason, Reason, RejectReason};
 pub use sql_handler::{JsonPayload, SqlError, SqlFileError, SqlHandler};
@@ -164,14 +161,6 @@ pub mod internal {
     #[allow(missing_docs)]
     pub mod batcher {
         pub use crate::batcher::*;
-    }
-    #[allow(missing_docs)]
-    pub mod config {
-        pub use crate::config::*;
-    }
-    #[allow(missing_docs)]
-    pub mod config_file {
-        pub use crate::config_file::*;
     }
     #[allow(missing_docs)]
     pub mod consumer {
@@ -212,10 +201,6 @@ pub mod internal {
     #[allow(missing_docs)]
     pub mod inbox {
         pub use crate::inbox::*;
-    }
-    #[allow(missing_docs)]
-    pub mod logging {
-        pub use crate::logging::*;
     }
     #[allow(missing_docs)]
     pub mod message {

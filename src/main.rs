@@ -2,16 +2,18 @@
 
 use std::sync::Arc;
 
-use batch_inbox::internal::config::{
-    CleanupCommandArgs, Command, DeadLettersCommand, HandlerArgs, HandlerKind, ListArgs,
-    MigrateArgs, RedriveArgs, RunArgs,
-};
-use batch_inbox::internal::config_file::{self, ConfigError, Source};
-use batch_inbox::internal::stats::Stats;
 use batch_inbox::stats_file::RunSettings;
+use batch_inbox::Stats;
 use batch_inbox::{db, ledger, ledger::Ledger, redrive, retention, DbError, Handler, SqlHandler};
 use clap::ValueEnum;
 use tokio_util::sync::CancellationToken;
+
+mod cli;
+
+use cli::commands::{Command, HandlerArgs, HandlerKind, RunArgs};
+use cli::config_file::{self, ConfigError, Source};
+use cli::dead_letters::{DeadLettersCommand, ListArgs, RedriveArgs};
+use cli::retention::{CleanupCommandArgs, MigrateArgs};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -29,7 +31,7 @@ async fn main() -> std::process::ExitCode {
     // Failpoints (fault tests only) are configured by the FAILPOINTS environment variable.
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    batch_inbox::internal::logging::init(loaded.cli.log_format);
+    cli::logging::init(loaded.cli.log_format);
     let result = match loaded.cli.command {
         Command::Migrate(args) => migrate(args).await,
         Command::Cleanup(args) => cleanup(args).await,
@@ -78,9 +80,9 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         println!("ledger migrations applied: {applied:?}");
     }
     if args.partitioned {
-        let today = batch_inbox::internal::days::day_of_millis(
-            batch_inbox::internal::days::unix_millis(std::time::SystemTime::now()),
-        );
+        let today = batch_inbox::days::day_of_millis(batch_inbox::days::unix_millis(
+            std::time::SystemTime::now(),
+        ));
         let mut client = pool.get().await?;
         match retention::partition::convert(&mut client, today, args.partitions_ahead).await? {
             Some(c) => println!(
@@ -323,19 +325,11 @@ async fn process<H: Handler>(
     stats.mark_unsafe(&config.worker.unsafe_controls);
     if let Some(addr) = args.ops.metrics_addr {
         let url = args.db.database_url.expose();
-        batch_inbox::internal::exporter::start(
-            addr,
-            url,
-            pool.clone(),
-            stats.clone(),
-            stop.clone(),
-        )
-        .await?;
+        batch_inbox::exporter::start(addr, url, pool.clone(), stats.clone(), stop.clone()).await?;
     }
-    let summary =
-        batch_inbox::internal::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
+    let summary = cli::logging::summary_loop(stats.clone(), args.ops.log_interval, stop);
     let summary = tokio::spawn(summary);
-    let result = batch_inbox::internal::processor::run_with_stats(
+    let result = batch_inbox::run_with_stats(
         config,
         pool.clone(),
         Arc::new(handler),

@@ -1,5 +1,41 @@
-//! Settings that take one of a few names (`batched`, `per-message`): parsed from and shown as
-//! text by the library itself, so that no command-line library is part of its types.
+//! Settings as text, parsed by the library itself so that no command-line library is part of its
+//! types: the ones that take one of a few names (`batched`, `per-message`), and intervals
+//! (`10s`, `500ms`).
+
+use std::time::Duration;
+
+/// The longest interval [`parse_interval`] takes: a day.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
+
+/// Parses an interval: `10s`, `500ms`, `2m`, or a number of seconds; `0` turns it off. Longer
+/// than [`MAX_INTERVAL`] is refused.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let too_long = || format!("{s:?} is longer than a day (1440m)");
+    let n: u64 = match number.parse() {
+        Ok(n) => n,
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => return Err(too_long()),
+        Err(_) => {
+            return Err(format!(
+                "expected an interval like 10s, 500ms or 1m, got {s:?}"
+            ))
+        }
+    };
+    let interval = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(too_long)?),
+        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use ms, s or m")),
+    };
+    if interval > MAX_INTERVAL {
+        return Err(too_long());
+    }
+    Ok(interval)
+}
 
 /// A name that is not one of a setting's names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,7 +90,6 @@ mod tests {
     use super::*;
     use crate::batcher::Batching;
     use crate::inbox::Mode;
-    use crate::logging::LogFormat;
 
     fn round_trip<T: Named + PartialEq + std::fmt::Debug>() {
         for name in T::NAMES {
@@ -72,10 +107,36 @@ mod tests {
     fn every_name_parses_back_and_others_are_refused() {
         round_trip::<Mode>();
         round_trip::<Batching>();
-        round_trip::<LogFormat>();
         assert_eq!(Mode::NAMES, ["batched", "per-message"]);
         assert_eq!(Batching::NAMES, ["linger", "natural"]);
-        assert_eq!(LogFormat::NAMES, ["text", "json"]);
+    }
+
+    #[test]
+    fn intervals_take_a_unit() {
+        assert_eq!(parse_interval("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_interval("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_interval("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_interval("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(parse_interval("0"), Ok(Duration::ZERO));
+        assert!(parse_interval("5h").unwrap_err().contains("unknown unit"));
+        assert!(parse_interval("soon").is_err());
+    }
+
+    #[test]
+    fn absurd_intervals_are_refused_not_overflowed() {
+        assert_eq!(parse_interval("1440m"), Ok(MAX_INTERVAL));
+        assert_eq!(parse_interval("86400"), Ok(MAX_INTERVAL));
+        for absurd in [
+            "1441m",
+            "86401s",
+            "86400001ms",
+            "307445734561825861m", // times 60 overflows u64
+            "18446744073709551615m",
+            "99999999999999999999999s", // does not fit u64
+        ] {
+            let err = parse_interval(absurd).unwrap_err();
+            assert!(err.contains("longer than a day"), "{absurd}: {err}");
+        }
     }
 
     #[test]

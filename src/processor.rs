@@ -24,6 +24,7 @@ use crate::worker::{PartitionWorker, WorkerSettings};
 
 /// Everything a processor needs besides the database pool and the handler.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProcessorConfig {
     /// Kafka client settings.
     pub kafka: KafkaSettings,
@@ -48,25 +49,14 @@ pub struct ProcessorConfig {
 }
 
 impl ProcessorConfig {
-    /// The defaults of the command line (module `defaults`) for `kafka`: batched, 1000
-    /// records or 4 MiB per batch, 20 ms linger, header `id`, run until shut down.
+    /// The product's defaults (module `defaults`, the command line's too) for `kafka`: batched,
+    /// natural batching of at most 1000 records or 4 MiB, header `id`, offsets also in the
+    /// database, a 30 s statement timeout, run until shut down.
     pub fn new(kafka: KafkaSettings) -> Self {
         use crate::defaults;
         Self {
             kafka,
-            worker: WorkerSettings {
-                mode: crate::inbox::Mode::Batched,
-                batcher: crate::batcher::BatcherSettings {
-                    max_items: defaults::BATCH_SIZE,
-                    max_bytes: defaults::BATCH_MAX_BYTES,
-                    linger: Duration::from_millis(defaults::linger_ms(defaults::BATCHING)),
-                },
-                batching: defaults::BATCHING,
-                retry: crate::worker::RetryPolicy::default(),
-                max_poison_rate: Some(crate::worker::PoisonRate::DEFAULT),
-                consume_only: false,
-                unsafe_controls: crate::unsafe_controls::UnsafeControls::default(),
-            },
+            worker: WorkerSettings::default(),
             id_header: defaults::ID_HEADER.to_owned(),
             exit_on_eof: false,
             revoke_timeout: defaults::REVOKE_TIMEOUT,

@@ -145,6 +145,17 @@ impl Stats {
         self.telemetry.set_unsafe_mode(&controls.switches());
     }
 
+    /// Total consumer lag over the partitions with a known lag (librdkafka's statistics), and
+    /// how many those are.
+    pub fn total_lag(&self) -> (i64, usize) {
+        self.telemetry.total_lag()
+    }
+
+    /// The unsafe test-only switches that are on (none in a normal build).
+    pub fn unsafe_switches(&self) -> Vec<&'static str> {
+        self.telemetry.unsafe_switches()
+    }
+
     /// Why a partition is stalled (its SQLSTATE and what failed), or `None` when none is: what
     /// `/readyz` reports.
     pub fn stall_reason(&self) -> Option<String> {

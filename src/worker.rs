@@ -2,9 +2,9 @@
 //!
 //! Invariant (the one this module exists to keep): an offset is stored only after the database
 //! transaction covering every record before it has committed. A batch that fails transiently is
-//! retried with backoff; a batch that fails for the message's fault ([`Fault::Message`]) is
+//! retried with backoff; a batch that fails for the message's fault ([`Fault::Message`](crate::Fault::Message)) is
 //! bisected to dead-letter the poison messages (module `poison`); a batch that fails for the
-//! environment's fault ([`Fault::Environment`]: a missing table, a revoked grant) stalls the
+//! environment's fault ([`Fault::Environment`](crate::Fault::Environment): a missing table, a revoked grant) stalls the
 //! partition: it is retried with capped backoff until it commits, and nothing is dead-lettered,
 //! committed or stored meanwhile.
 //!
@@ -57,8 +57,25 @@ pub trait OffsetSink: Send + Sync + 'static {
     fn store(&self, topic: &str, partition: i32, next_offset: i64) -> Result<(), String>;
 }
 
+impl Default for WorkerSettings {
+    /// The product's: batched, [`BatcherSettings::default`], natural batching, the default
+    /// retries and poison-rate breaker, no unsafe switch.
+    fn default() -> Self {
+        Self {
+            mode: Mode::Batched,
+            batcher: BatcherSettings::default(),
+            batching: crate::defaults::BATCHING,
+            retry: RetryPolicy::default(),
+            max_poison_rate: Some(PoisonRate::DEFAULT),
+            consume_only: false,
+            unsafe_controls: crate::unsafe_controls::UnsafeControls::default(),
+        }
+    }
+}
+
 /// Settings shared by every partition worker of a processor.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct WorkerSettings {
     /// Batched or per-message transactions.
     pub mode: Mode,

@@ -53,10 +53,8 @@ async fn paced_load(
 }
 
 async fn library_cleanup(pool: Pool) -> Result<Value> {
-    let settings = RetentionSettings {
-        retention: RETENTION,
-        ..RetentionSettings::default()
-    };
+    let mut settings = RetentionSettings::default();
+    settings.retention = RETENTION;
     let stop = CancellationToken::new();
     let r = retention::cleanup(&pool, &settings, SystemTime::now(), &stop).await?;
     Ok(json!({

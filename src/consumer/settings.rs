@@ -8,6 +8,7 @@ use super::refused::{self, RefusedSetting};
 
 /// Kafka client settings of a processor. `Debug` hides the values of sensitive overrides.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct KafkaSettings {
     /// Bootstrap servers.
     pub brokers: String,

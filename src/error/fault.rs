@@ -27,8 +27,8 @@ pub(super) fn is_retryable_state(code: &SqlState) -> bool {
 /// | fault | SQLSTATE classes and kinds | the worker |
 /// |---|---|---|
 /// | [`Fault::Transient`] | 08 connection, 40 rollback (serialization, deadlock), 53 resources, 57 operator intervention except 57P04, 55P03 lock not available, I/O errors, a closed connection | retries with backoff |
-/// | [`Fault::Message`] | 21 cardinality, 22 data exception, 23 integrity (also a deferred constraint at COMMIT), 44 `WITH CHECK OPTION`, P0 PL/pgSQL (`RAISE`, `ASSERT`, no or too many rows), 54 program limit; [`HandlerError::Message`] | bisects the batch down to the failing message and dead-letters it |
-/// | [`Fault::Environment`] | every other class, unknown ones included (42 undefined table or column, insufficient privilege; 0A cached plan changed; 25 read-only; 2B, 2D, 3D, 3F, 58, F0, XX, 57P04 database dropped, …); [`HandlerError::Environment`] and [`HandlerError::Other`] | stalls: commits, dead-letters and stores nothing, retries with capped backoff until it succeeds |
+/// | [`Fault::Message`] | 21 cardinality, 22 data exception, 23 integrity (also a deferred constraint at COMMIT), 44 `WITH CHECK OPTION`, P0 PL/pgSQL (`RAISE`, `ASSERT`, no or too many rows), 54 program limit; [`HandlerError::Message`](super::HandlerError::Message) | bisects the batch down to the failing message and dead-letters it |
+/// | [`Fault::Environment`] | every other class, unknown ones included (42 undefined table or column, insufficient privilege; 0A cached plan changed; 25 read-only; 2B, 2D, 3D, 3F, 58, F0, XX, 57P04 database dropped, …); [`HandlerError::Environment`](super::HandlerError::Environment) and [`HandlerError::Other`](super::HandlerError::Other) | stalls: commits, dead-letters and stores nothing, retries with capped backoff until it succeeds |
 ///
 /// The rule: a failure is the message's only when it depends on the batch's data, so that
 /// bisecting can isolate it. Taking the environment's fault for the message's would turn one

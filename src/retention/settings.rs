@@ -5,6 +5,7 @@ use std::time::Duration;
 
 /// How the cleanup removes expired inbox rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetentionSettings {
     /// Rows older than this (by `processed_at`, or by the UUIDv7 day of a partition) expire.
     pub retention: Duration,

@@ -58,7 +58,7 @@ pub fn parse_max_poison_rate(s: &str) -> Result<Option<PoisonRate>, String> {
             "{s:?}: the count must be at least 1 (off disables the breaker)"
         ));
     }
-    let per = crate::logging::parse_interval(per)?;
+    let per = crate::names::parse_interval(per)?;
     if per.is_zero() {
         return Err(format!("{s:?}: the duration must be longer than zero"));
     }

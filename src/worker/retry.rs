@@ -23,11 +23,19 @@ pub const TIMEOUTS_BEFORE_SPLIT: u32 = 3;
 
 /// Retry schedule for transient failures: exponential with full jitter, capped.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Delay before the first retry (before jitter).
     pub initial: Duration,
     /// Largest delay.
     pub max: Duration,
+}
+
+impl RetryPolicy {
+    /// Retries from `initial`, doubling up to `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Self { initial, max }
+    }
 }
 
 impl Default for RetryPolicy {

@@ -47,13 +47,9 @@ pub(crate) fn entry(id: &str, account: i64, amount: i64) -> RawRecord {
 }
 
 fn settings(broker: &Broker, topic: &str, group: &str) -> KafkaSettings {
-    KafkaSettings {
-        brokers: broker.addr.clone(),
-        topic: topic.to_owned(),
-        group: Broker::group(topic, group),
-        partition_eof: true,
-        overrides: vec![],
-    }
+    let mut kafka = KafkaSettings::new(&broker.addr, topic, Broker::group(topic, group));
+    kafka.partition_eof = true;
+    kafka
 }
 
 /// Runs the ledger pipeline over `topic` for `group` to its end.

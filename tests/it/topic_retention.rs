@@ -28,12 +28,8 @@ async fn a_topic_kept_longer_than_the_inbox_is_flagged() {
     for r in admin.create_topics([&long, &short], &opts).await.unwrap() {
         r.unwrap();
     }
-    let settings = |topic: &str| batch_inbox::internal::consumer::KafkaSettings {
-        brokers: broker.addr.clone(),
-        topic: topic.to_owned(),
-        group: Broker::group(topic, "g"),
-        partition_eof: false,
-        overrides: Vec::new(),
+    let settings = |topic: &str| {
+        batch_inbox::KafkaSettings::new(&broker.addr, topic, Broker::group(topic, "g"))
     };
     assert_eq!(
         check(&settings(&long_name), WEEK).await,

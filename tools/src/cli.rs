@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use batch_inbox::internal::config::{DbArgs, KafkaArgs, PipelineArgs};
+use crate::product_args::{DbArgs, KafkaArgs, PipelineArgs};
 use clap::{Args, Parser, Subcommand};
 
 use crate::generate::{GeneratorSettings, KeyDistribution};

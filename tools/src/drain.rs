@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::product_args::{DbArgs, KafkaArgs, PipelineArgs};
 use anyhow::Context;
-use batch_inbox::internal::config::{DbArgs, KafkaArgs, PipelineArgs};
 use batch_inbox::stats_file::RunSettings;
 use batch_inbox::stats_file::{StatsFile, StatsReport};
 use batch_inbox::KafkaSettings;
@@ -248,7 +248,7 @@ pub struct ConsumeOnlyArgs {
     #[arg(long)]
     pub stats_file: PathBuf,
     /// How often the stats file is rewritten.
-    #[arg(long, default_value = "1s", value_parser = batch_inbox::internal::logging::parse_interval)]
+    #[arg(long, default_value = "1s", value_parser = batch_inbox::parse_interval)]
     pub stats_interval: Duration,
     /// Keep consuming until SIGTERM or Ctrl-C (fixed-rate runs start on an empty topic) instead
     /// of exiting once the topic is drained.

@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use batch_inbox::internal::batcher::BatcherSettings;
 use batch_inbox::internal::consumer::KafkaSettings;
 use batch_inbox::internal::stats::StatsSnapshot;
 use batch_inbox::internal::worker::{RetryPolicy, WorkerSettings};
@@ -146,45 +145,28 @@ impl Kafka {
     }
 
     pub fn settings(&self, group: &str) -> KafkaSettings {
-        KafkaSettings {
-            brokers: self.brokers.clone(),
-            topic: self.topic.clone(),
-            group: group.to_owned(),
-            partition_eof: true,
-            overrides: vec![
-                ("session.timeout.ms".to_owned(), "6000".to_owned()),
-                ("heartbeat.interval.ms".to_owned(), "500".to_owned()),
-            ],
-        }
+        let mut kafka = KafkaSettings::new(&self.brokers, &self.topic, group);
+        kafka.partition_eof = true;
+        kafka.overrides = vec![
+            ("session.timeout.ms".to_owned(), "6000".to_owned()),
+            ("heartbeat.interval.ms".to_owned(), "500".to_owned()),
+        ];
+        kafka
     }
 }
 
+/// A processor's settings: the product's defaults (natural batching, offsets in the database, a
+/// 30 s statement timeout), at most `batch_size` records per batch, fast retries, no poison-rate
+/// breaker, run until the topic is drained. A test about batch shapes sets linger batching
+/// itself ([`with_linger`]).
 pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorConfig {
-    ProcessorConfig {
-        kafka,
-        worker: WorkerSettings {
-            mode,
-            batcher: BatcherSettings {
-                max_items: batch_size.try_into().unwrap(),
-                max_bytes: (4usize << 20).try_into().unwrap(),
-                linger: Duration::from_millis(20),
-            },
-            retry: RetryPolicy {
-                initial: Duration::from_millis(20),
-                max: Duration::from_millis(500),
-            },
-            batching: Default::default(),
-            max_poison_rate: None,
-            consume_only: false,
-            unsafe_controls: Default::default(),
-        },
-        id_header: "id".to_owned(),
-        exit_on_eof: true,
-        revoke_timeout: Duration::from_secs(30),
-        offsets_in_db: true,
-        dedup_window: None,
-        statement_timeout: Some(Duration::from_secs(30)),
-    }
+    let mut config = ProcessorConfig::new(kafka);
+    config.worker.mode = mode;
+    config.worker.batcher.max_items = batch_size.try_into().unwrap();
+    config.worker.retry = RetryPolicy::new(Duration::from_millis(20), Duration::from_millis(500));
+    config.worker.max_poison_rate = None;
+    config.exit_on_eof = true;
+    config
 }
 
 /// Runs a ledger processor until its topic is drained and committed (at most 60 s).
@@ -367,19 +349,15 @@ impl batch_inbox::internal::worker::OffsetSink for Recorded {
     }
 }
 
-/// Worker settings with a 60 s linger (batches close on size, or at the source's end).
+/// Worker settings with linger batching and a 60 s linger (batches close on size, or at the
+/// source's end), for the tests that drive a partition worker and count its batches.
 pub fn worker_settings(mode: Mode, max_items: usize, max_bytes: usize) -> WorkerSettings {
-    WorkerSettings {
-        mode,
-        batcher: BatcherSettings {
-            max_items: max_items.try_into().unwrap(),
-            max_bytes: max_bytes.try_into().unwrap(),
-            linger: Duration::from_secs(60),
-        },
-        retry: RetryPolicy::default(),
-        batching: Default::default(),
-        max_poison_rate: None,
-        consume_only: false,
-        unsafe_controls: Default::default(),
-    }
+    let mut settings = WorkerSettings::default();
+    settings.mode = mode;
+    settings.batcher.max_items = max_items.try_into().unwrap();
+    settings.batcher.max_bytes = max_bytes.try_into().unwrap();
+    settings.batcher.linger = Duration::from_secs(60);
+    settings.batching = batch_inbox::Batching::Linger;
+    settings.max_poison_rate = None;
+    settings
 }

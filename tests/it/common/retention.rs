@@ -22,13 +22,13 @@ pub fn v7_at(t: SystemTime) -> Uuid {
 
 /// Settings with a small batch and short pauses, so that batching shows in the counts.
 pub fn settings(retention: Duration, batch_rows: i64) -> RetentionSettings {
-    RetentionSettings {
-        retention,
-        batch_rows,
-        pause: Duration::from_millis(1),
-        lock_timeout: Duration::from_millis(100),
-        partitions_ahead: 3,
-    }
+    let mut settings = RetentionSettings::default();
+    settings.retention = retention;
+    settings.batch_rows = batch_rows;
+    settings.pause = Duration::from_millis(1);
+    settings.lock_timeout = Duration::from_millis(100);
+    settings.partitions_ahead = 3;
+    settings
 }
 
 /// Installs `uuid7_at(timestamptz)` (the SQL the bench script uses too).

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::stats::{Stats, StatsSnapshot};
+use batch_inbox::{Stats, StatsSnapshot};
 
 /// How log lines are written to stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -22,7 +22,6 @@ pub enum LogFormat {
     /// One JSON object per line (timestamp, level, target, fields).
     Json,
 }
-crate::names::named!(LogFormat { Text = "text", Json = "json" });
 
 /// Installs the global subscriber: `RUST_LOG` filters (default `info,rdkafka=warn`).
 pub fn init(format: LogFormat) {
@@ -35,39 +34,6 @@ pub fn init(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
-}
-
-/// The longest summary interval: a day.
-pub const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
-
-/// Parses an interval: `10s`, `500ms`, `2m`, or a number of seconds; `0` turns it off. Longer
-/// than [`MAX_INTERVAL`] is refused.
-pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let too_long = || format!("{s:?} is longer than a day (1440m)");
-    let n: u64 = match number.parse() {
-        Ok(n) => n,
-        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => return Err(too_long()),
-        Err(_) => {
-            return Err(format!(
-                "expected an interval like 10s, 500ms or 1m, got {s:?}"
-            ))
-        }
-    };
-    let interval = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(too_long)?),
-        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use ms, s or m")),
-    };
-    if interval > MAX_INTERVAL {
-        return Err(too_long());
-    }
-    Ok(interval)
 }
 
 /// What happened between two snapshots.
@@ -143,8 +109,8 @@ pub async fn summary_loop(stats: Arc<Stats>, every: Duration, stop: Cancellation
 /// One summary line: at info level, or at warn level naming the unsafe test-only switches when
 /// any is on, so that no summary of an unsafe run can be mistaken for a safe one.
 fn log_summary(s: &Summary, stats: &Stats) {
-    let (lag, partitions) = stats.telemetry.total_lag();
-    let switches = stats.telemetry.unsafe_switches();
+    let (lag, partitions) = stats.total_lag();
+    let switches = stats.unsafe_switches();
     macro_rules! summary {
         ($level:expr, $($unsafe:tt)*) => {
             tracing::event!(
@@ -179,51 +145,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn intervals_take_a_unit() {
-        assert_eq!(parse_interval("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_interval("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_interval("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_interval("7"), Ok(Duration::from_secs(7)));
-        assert_eq!(parse_interval("0"), Ok(Duration::ZERO));
-        assert!(parse_interval("5h").unwrap_err().contains("unknown unit"));
-        assert!(parse_interval("soon").is_err());
-    }
-
-    #[test]
-    fn absurd_intervals_are_refused_not_overflowed() {
-        assert_eq!(parse_interval("1440m"), Ok(MAX_INTERVAL));
-        assert_eq!(parse_interval("86400"), Ok(MAX_INTERVAL));
-        for absurd in [
-            "1441m",
-            "86401s",
-            "86400001ms",
-            "307445734561825861m", // times 60 overflows u64
-            "18446744073709551615m",
-            "99999999999999999999999s", // does not fit u64
-        ] {
-            let err = parse_interval(absurd).unwrap_err();
-            assert!(err.contains("longer than a day"), "{absurd}: {err}");
-        }
-    }
-
-    #[test]
     fn a_summary_is_the_difference_of_two_snapshots() {
-        let before = StatsSnapshot {
-            records: 100,
-            new: 80,
-            duplicates: 15,
-            invalid: 3,
-            rejected: 2,
-            ..Default::default()
+        let snapshot = |records, new, duplicates, invalid, rejected| {
+            let mut s = StatsSnapshot::default();
+            (s.records, s.new, s.duplicates) = (records, new, duplicates);
+            (s.invalid, s.rejected) = (invalid, rejected);
+            s
         };
-        let after = StatsSnapshot {
-            records: 300,
-            new: 230,
-            duplicates: 55,
-            invalid: 10,
-            rejected: 5,
-            ..Default::default()
-        };
+        let before = snapshot(100, 80, 15, 3, 2);
+        let after = snapshot(300, 230, 55, 10, 5);
         let s = Summary::between(&before, &after, Duration::from_secs(2));
         assert_eq!(
             (s.records, s.new, s.duplicates, s.dead_letters),

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches};
 
-use crate::config::Cli;
-use crate::secret::{redact_database_url, redact_property_arg, MASK};
+use super::commands::Cli;
+use batch_inbox::secret::{redact_database_url, redact_property_arg, MASK};
 
 /// The table of librdkafka properties.
 pub const LIBRDKAFKA_TABLE: &str = "librdkafka";
@@ -360,42 +360,4 @@ pub fn redact(arg: &clap::Arg, value: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::redact;
-    use clap::Arg;
-
-    #[test]
-    fn secrets_are_not_printed() {
-        let url = Arg::new("database_url").long("database-url");
-        let x = Arg::new("properties").short('X');
-        let brokers = Arg::new("brokers").long("brokers");
-        let secret = Arg::new("token").long("token").hide_env_values(true);
-        for (arg, value, shown) in [
-            (
-                &url,
-                "postgres://app:s3cr%40t@db:5432/x?sslmode=require",
-                "postgres://app:***@db:5432/x?sslmode=require",
-            ),
-            (&url, "postgres://app@db/x", "postgres://app@db/x"),
-            (
-                &url,
-                "postgres://db/x?password=pw",
-                "postgres://db/x?password=***",
-            ),
-            (&url, "host=db password='p w'", "host=db password=***"),
-            (&x, "sasl.password=hunter2", "sasl.password=***"),
-            (&x, "ssl.key.pem=-----BEGIN", "ssl.key.pem=***"),
-            (
-                &x,
-                "sasl.oauthbearer.config=a b",
-                "sasl.oauthbearer.config=***",
-            ),
-            (&x, "fetch.min.bytes=1", "fetch.min.bytes=1"),
-            (&brokers, "127.0.0.1:9092", "127.0.0.1:9092"),
-            (&brokers, "x://u:pw@h", "x://u:***@h"),
-            (&secret, "pw", "***"),
-        ] {
-            assert_eq!(redact(arg, value), shown, "{value}");
-        }
-    }
-}
+mod tests;

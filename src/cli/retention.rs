@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::defaults;
-use crate::retention::RetentionSettings;
+use batch_inbox::defaults;
+use batch_inbox::retention::RetentionSettings;
 
 /// How gently the cleanup works: shared by `cleanup` and `run --retention`.
 #[derive(Debug, Clone, Args)]
@@ -31,13 +31,13 @@ pub struct CleanupArgs {
 impl CleanupArgs {
     /// The settings for `retention`.
     pub fn settings(&self, retention: Duration) -> RetentionSettings {
-        RetentionSettings {
-            retention,
-            batch_rows: self.cleanup_batch_rows,
-            pause: Duration::from_millis(self.cleanup_pause_ms),
-            lock_timeout: Duration::from_millis(self.lock_timeout_ms),
-            partitions_ahead: self.partitions_ahead,
-        }
+        let mut settings = RetentionSettings::default();
+        settings.retention = retention;
+        settings.batch_rows = self.cleanup_batch_rows;
+        settings.pause = Duration::from_millis(self.cleanup_pause_ms);
+        settings.lock_timeout = Duration::from_millis(self.lock_timeout_ms);
+        settings.partitions_ahead = self.partitions_ahead;
+        settings
     }
 }
 
@@ -46,7 +46,7 @@ impl CleanupArgs {
 pub struct MigrateArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
-    pub db: super::DbArgs,
+    pub db: super::args::DbArgs,
     /// Whose tables besides the core's (inbox, dead_letters, consumer_offsets): `ledger` (the
     /// ledger's balances too) or `sql` (none: the SQL handler's tables are the application's).
     #[arg(
@@ -54,9 +54,9 @@ pub struct MigrateArgs {
         long = "handler",
         env = "BATCH_INBOX_HANDLER",
         value_enum,
-        default_value_t = super::HandlerKind::Ledger
+        default_value_t = super::commands::HandlerKind::Ledger
     )]
-    pub handler: super::HandlerKind,
+    pub handler: super::commands::HandlerKind,
     /// Lay the inbox out in daily partitions by UUIDv7 time (converts a plain inbox in place,
     /// keeping every row; stop the processors first).
     #[arg(long)]
@@ -71,7 +71,7 @@ pub struct MigrateArgs {
 pub struct CleanupCommandArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
-    pub db: super::DbArgs,
+    pub db: super::args::DbArgs,
     /// Remove inbox rows older than this (`7d`, `36h`, `90m`, `600s`).
     #[arg(long, value_parser = parse_retention)]
     pub retention: Duration,

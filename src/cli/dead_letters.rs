@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use super::{parse_retention, DbArgs, HandlerArgs};
-use crate::defaults;
-use crate::redrive::{ListFilter, Selection, DEFAULT_BATCH_SIZE};
+use super::args::DbArgs;
+use super::commands::HandlerArgs;
+use super::retention::parse_retention;
+use batch_inbox::defaults;
+use batch_inbox::redrive::{ListFilter, Selection, DEFAULT_BATCH_SIZE};
 
 /// `dead-letters` subcommands.
 #[derive(Debug, Args)]
@@ -115,8 +117,8 @@ impl RedriveArgs {
 mod tests {
     use clap::Parser;
 
-    use super::super::{Cli, Command, HandlerKind};
     use super::*;
+    use crate::cli::commands::{Cli, Command, HandlerKind};
 
     fn redrive(args: &[&str]) -> Result<RedriveArgs, clap::Error> {
         let all = ["batch-inbox", "dead-letters", "redrive"];

@@ -1,0 +1,13 @@
+//! The `batch-inbox` binary's command line: its commands and flags with their environment
+//! fallbacks (`args`, `commands`, `dead_letters`, `retention`), the TOML config file and
+//! `--print-config` with every secret redacted (`config_file`), and the log lines (`logging`).
+//!
+//! Everything here converts into the library's plain types (`ProcessorConfig`,
+//! `RetentionSettings`, `redrive::Selection`, …): the library itself knows no command line.
+
+pub mod args;
+pub mod commands;
+pub mod config_file;
+pub mod dead_letters;
+pub mod logging;
+pub mod retention;

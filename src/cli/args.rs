@@ -1,0 +1,190 @@
+//! The flags shared by the binary's commands and the load tools' (`batch-inbox-tools`, which
+//! compiles this file too, so that both take the same flags): the database, the Kafka
+//! connection, and the pipeline's settings, each converted into the library's types.
+//!
+//! Every value is checked before anything is consumed: a zero batch size or an unknown mode is
+//! refused by the parser with a one-line reason. This file uses the library's public API only.
+
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use batch_inbox::batcher::Batching;
+use batch_inbox::secret::{DatabaseUrl, RedactedProperties};
+use batch_inbox::worker::{MaxPoisonRate, WorkerSettings};
+use batch_inbox::{defaults, parse_interval, KafkaSettings, Mode, ProcessorConfig};
+use clap::Args;
+
+/// The parser of a flag that takes one of a setting's names: the library's own `FromStr`, with
+/// the names listed in `--help` and in clap's error.
+pub fn named<T: batch_inbox::Named + Clone>() -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(T::NAMES).try_map(|s| s.parse::<T>())
+}
+
+/// Database connection.
+#[derive(Debug, Clone, Args)]
+pub struct DbArgs {
+    /// PostgreSQL connection URL (or `key=value` string); its password is never shown.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        hide_env_values = true,
+        default_value = defaults::DATABASE_URL
+    )]
+    pub database_url: DatabaseUrl,
+}
+
+/// Kafka connection. `Debug` hides the values of sensitive properties.
+#[derive(Clone, Args)]
+pub struct KafkaArgs {
+    /// Bootstrap servers of any Kafka-protocol broker.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = defaults::BROKERS)]
+    pub brokers: String,
+    /// Topic to consume or produce to.
+    #[arg(long, env = "BATCH_INBOX_TOPIC", default_value = defaults::TOPIC)]
+    pub topic: String,
+    /// librdkafka property passed through, as `key=value` (repeatable), applied last.
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = PropertyParser)]
+    pub properties: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for KafkaArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let KafkaArgs {
+            brokers,
+            topic,
+            properties,
+        } = self;
+        f.debug_struct("KafkaArgs")
+            .field("brokers", brokers)
+            .field("topic", topic)
+            .field("properties", &RedactedProperties(properties))
+            .finish()
+    }
+}
+
+/// Processing settings shared by `run` and `demo`.
+#[derive(Debug, Clone, Args)]
+pub struct PipelineArgs {
+    /// Transactions per micro-batch (`batched`) or per message (`per-message`, the baseline).
+    #[arg(long, env = "BATCH_INBOX_MODE", value_parser = named::<Mode>(), default_value_t = Mode::Batched)]
+    pub mode: Mode,
+    /// Largest batch, in messages.
+    #[arg(long, env = "BATCH_INBOX_BATCH_SIZE", default_value_t = defaults::BATCH_SIZE)]
+    pub batch_size: NonZeroUsize,
+    /// With linger batching, the longest wait after a batch's first message before it is applied
+    /// (default 20); with natural batching, the shortest (default 0). In milliseconds, at most an
+    /// hour.
+    #[arg(
+        long,
+        env = "BATCH_INBOX_BATCH_LINGER_MS",
+        value_parser = clap::value_parser!(u64).range(..=MAX_LINGER_MS)
+    )]
+    pub batch_linger_ms: Option<u64>,
+    /// When a batch closes besides its size limits: `natural` (as soon as no more record is
+    /// ready, and no sooner than --batch-linger-ms) or `linger` (after --batch-linger-ms).
+    #[arg(
+        long,
+        env = "BATCH_INBOX_BATCHING",
+        value_parser = named::<Batching>(),
+        default_value_t = defaults::BATCHING
+    )]
+    pub batching: Batching,
+    /// Largest batch, in bytes of keys, values, header names and values, plus 64 bytes per
+    /// header and the size of a record's owned copy per record.
+    #[arg(long, env = "BATCH_INBOX_BATCH_MAX_BYTES", default_value_t = defaults::BATCH_MAX_BYTES)]
+    pub batch_max_bytes: NonZeroUsize,
+    /// Database connections (at most one transaction per partition runs at a time).
+    #[arg(long, env = "BATCH_INBOX_POOL_SIZE", default_value_t = defaults::POOL_SIZE)]
+    pub pool_size: NonZeroUsize,
+    /// Header that carries the message id (a UUID); CloudEvents users pass `ce_id`.
+    #[arg(long, env = "BATCH_INBOX_ID_HEADER", default_value = defaults::ID_HEADER)]
+    pub id_header: String,
+    /// At most N poison dead letters per partition within DURATION (`20/1m`, `5/10s`); the one
+    /// that would exceed it is not dead-lettered: the partition stalls on it until a retry of it
+    /// succeeds (or a restart with a higher limit). `off` disables the breaker.
+    #[arg(
+        long,
+        env = "BATCH_INBOX_MAX_POISON_RATE",
+        value_name = "N/DURATION",
+        default_value = defaults::MAX_POISON_RATE
+    )]
+    pub max_poison_rate: MaxPoisonRate,
+    /// Each statement's `statement_timeout` on the processor's connections (`30s`, `500ms`;
+    /// `0`: the server's). A batch that times out 3 times is bisected; a single message that
+    /// still does stalls its partition. The client gives up on a transaction that gets no answer
+    /// within twice this (a black-holed connection).
+    #[arg(
+        long,
+        env = "BATCH_INBOX_STATEMENT_TIMEOUT",
+        default_value = defaults::STATEMENT_TIMEOUT_FLAG,
+        value_parser = parse_interval
+    )]
+    pub statement_timeout: Duration,
+}
+
+/// Longest batch linger: far beyond any useful one, and far from overflowing a deadline.
+const MAX_LINGER_MS: u64 = 3_600_000;
+
+/// Parses `-X KEY=VALUE`. Its error never quotes the argument, which may hold a secret.
+#[derive(Clone)]
+struct PropertyParser;
+
+impl clap::builder::TypedValueParser for PropertyParser {
+    type Value = (String, String);
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        match value.to_str().and_then(|s| s.split_once('=')) {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+            _ => {
+                use clap::error::{ContextKind, ContextValue, ErrorKind};
+                let mut e = clap::Error::raw(
+                    ErrorKind::ValueValidation,
+                    "-X expects KEY=VALUE: a librdkafka property, `=`, its value (the argument \
+                     is not shown: it may hold a secret)\n",
+                )
+                .with_cmd(cmd);
+                e.insert(
+                    ContextKind::InvalidArg,
+                    ContextValue::String("-X <KEY=VALUE>".to_owned()),
+                );
+                Err(e)
+            }
+        }
+    }
+}
+
+impl PipelineArgs {
+    /// The batch linger in milliseconds: the flag's, or the default of the batching.
+    pub fn linger_ms(&self) -> u64 {
+        self.batch_linger_ms
+            .unwrap_or(defaults::linger_ms(self.batching))
+    }
+
+    /// Worker settings from the flags.
+    pub fn worker(&self) -> WorkerSettings {
+        let mut worker = WorkerSettings::default();
+        worker.mode = self.mode;
+        worker.batcher.max_items = self.batch_size;
+        worker.batcher.max_bytes = self.batch_max_bytes;
+        worker.batcher.linger = Duration::from_millis(self.linger_ms());
+        worker.batching = self.batching;
+        worker.max_poison_rate = self.max_poison_rate.0;
+        worker
+    }
+
+    /// Processor configuration for `kafka`: the library's defaults with these flags.
+    pub fn processor(&self, kafka: KafkaSettings, exit_on_eof: bool) -> ProcessorConfig {
+        let mut config = ProcessorConfig::new(kafka);
+        config.worker = self.worker();
+        config.id_header = self.id_header.clone();
+        config.exit_on_eof = exit_on_eof;
+        config.statement_timeout = Some(self.statement_timeout).filter(|t| !t.is_zero());
+        config
+    }
+}

@@ -1,0 +1,212 @@
+//! The binary's commands and their flags (those shared with the tools are in `args`), checked
+//! and converted into the library's types.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use batch_inbox::{defaults, parse_interval, KafkaSettings, ProcessorConfig};
+
+use super::args::{DbArgs, KafkaArgs, PipelineArgs};
+use super::dead_letters::DeadLettersArgs;
+use super::logging::LogFormat;
+use super::retention::{parse_retention, CleanupArgs, CleanupCommandArgs, MigrateArgs};
+
+/// Apply a Kafka topic to PostgreSQL exactly once, with a micro-batched transactional inbox.
+#[derive(Debug, Parser)]
+#[command(name = "batch-inbox", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+    /// TOML file of settings, keyed by long flag name (`[librdkafka]` table for -X); flags and
+    /// environment variables take precedence over it.
+    #[arg(long, global = true, env = "BATCH_INBOX_CONFIG", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Log lines as human-readable text or as one JSON object per line.
+    #[arg(
+        long,
+        global = true,
+        env = "BATCH_INBOX_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text
+    )]
+    pub log_format: LogFormat,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create or upgrade the tables (idempotent, versioned).
+    Migrate(MigrateArgs),
+    /// Remove inbox rows older than the retention, in small batches, and report what was removed.
+    Cleanup(CleanupCommandArgs),
+    /// Consume a topic and apply it to the database.
+    Run(Box<RunArgs>),
+    /// List dead letters, or re-drive them through the handler once their cause is fixed.
+    DeadLetters(DeadLettersArgs),
+}
+
+/// `run` flags.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub db: DbArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub kafka: KafkaArgs,
+    /// Consumer group.
+    #[arg(long, env = "BATCH_INBOX_GROUP", default_value = defaults::GROUP)]
+    pub group: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub pipeline: PipelineArgs,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub handler: HandlerArgs,
+    /// Exit 0 once the consumer group has committed every partition of the topic to its end
+    /// (this member's and the others': a backfill is done only when the whole topic is).
+    #[arg(long, env = "BATCH_INBOX_EXIT_ON_EOF")]
+    pub exit_on_eof: bool,
+    /// Remove inbox rows older than this in the background (`7d`, `36h`; off by default), and
+    /// dead-letter UUIDv7 ids older than it (`outside_dedup_window`).
+    #[arg(long, env = "BATCH_INBOX_RETENTION", value_parser = parse_retention)]
+    pub retention: Option<Duration>,
+    /// Dead-letter UUIDv7 ids older than this without cleaning up here (for a `cleanup` run
+    /// elsewhere); defaults to --retention.
+    #[arg(long, env = "BATCH_INBOX_DEDUP_WINDOW", value_parser = parse_retention)]
+    pub dedup_window: Option<Duration>,
+    /// Seconds between two background cleanups (with --retention) or partition preparations.
+    #[arg(long, default_value_t = defaults::CLEANUP_INTERVAL_S, value_parser = clap::value_parser!(u64).range(1..))]
+    pub cleanup_interval_s: u64,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub cleanup: CleanupArgs,
+    /// Store each partition's next offset in the database, in the batch's transaction, and
+    /// start an assigned partition there when it is ahead of Kafka's committed offset (no
+    /// replay after a crash). `--offsets-in-db=false`: Kafka's committed offsets only.
+    #[arg(long, env = "BATCH_INBOX_OFFSETS_IN_DB", default_value_t = defaults::OFFSETS_IN_DB, action = clap::ArgAction::Set)]
+    pub offsets_in_db: bool,
+    /// TEST-ONLY CONTROL, UNSAFE: store offsets before the database commit, so faults lose
+    /// messages. Exists to show that fault checks can fail (`unsafe-controls` builds only).
+    #[cfg(feature = "unsafe-controls")]
+    #[arg(long, hide = true, env = "BATCH_INBOX_UNSAFE_OFFSETS_BEFORE_COMMIT")]
+    pub unsafe_offsets_before_commit: bool,
+    /// TEST-ONLY CONTROL, UNSAFE: no deduplication and no inbox rows, so redeliveries are
+    /// applied twice. Exists to show that fault checks can fail (`unsafe-controls` builds only).
+    #[cfg(feature = "unsafe-controls")]
+    #[arg(long, hide = true, env = "BATCH_INBOX_UNSAFE_NO_INBOX")]
+    pub unsafe_no_inbox: bool,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub ops: OpsArgs,
+}
+
+/// The handler: what applies the new messages (`run`, `dead-letters redrive`).
+#[derive(Debug, Clone, Args)]
+pub struct HandlerArgs {
+    /// What applies the new messages: `ledger` (the reference account ledger) or `sql` (the
+    /// statement of --apply-sql).
+    #[arg(
+        id = "handler",
+        long = "handler",
+        env = "BATCH_INBOX_HANDLER",
+        value_enum,
+        default_value_t = HandlerKind::Ledger
+    )]
+    pub kind: HandlerKind,
+    /// With --handler sql: a file holding one SQL statement, run once per batch in the batch's
+    /// transaction with $1 = its new messages as a jsonb array (docs/SQL-HANDLER.md).
+    #[arg(
+        long,
+        env = "BATCH_INBOX_APPLY_SQL",
+        value_name = "FILE",
+        required_if_eq("handler", "sql")
+    )]
+    pub apply_sql: Option<std::path::PathBuf>,
+}
+
+impl HandlerArgs {
+    /// Refuses a statement file without the SQL handler (it would be silently unused).
+    pub fn check(&self) -> Result<(), String> {
+        match (self.kind, &self.apply_sql) {
+            (HandlerKind::Ledger, Some(_)) => {
+                Err("--apply-sql is the SQL handler's statement: add --handler sql".to_owned())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Operations flags of `run`: metrics and health endpoints, summary log lines.
+#[derive(Debug, Clone, Args)]
+pub struct OpsArgs {
+    /// Serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464
+    /// (off when absent).
+    #[arg(long, env = "BATCH_INBOX_METRICS_ADDR", value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Log a summary line (msgs/s, new, duplicate ratio, dead letters, lag) this often: 10s,
+    /// 500ms, 1m; 0 turns it off.
+    #[arg(
+        long,
+        env = "BATCH_INBOX_LOG_INTERVAL",
+        default_value = defaults::LOG_INTERVAL,
+        value_parser = parse_interval
+    )]
+    pub log_interval: Duration,
+    /// Write the run's counters, throughput, latency percentiles and peak memory as JSON to this
+    /// file, every --stats-interval and at exit (replaced atomically; schema in
+    /// docs/OPERATIONS.md).
+    #[arg(long, env = "BATCH_INBOX_STATS_FILE", value_name = "FILE")]
+    pub stats_file: Option<std::path::PathBuf>,
+    /// How often --stats-file is rewritten: 1s, 250ms.
+    #[arg(
+        long,
+        env = "BATCH_INBOX_STATS_INTERVAL",
+        default_value = defaults::STATS_INTERVAL,
+        value_parser = parse_interval
+    )]
+    pub stats_interval: Duration,
+    /// Print every setting with its value and source (flag, env, file, default), then exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+/// The handler of `run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum HandlerKind {
+    /// The reference handler: account balances that never go below zero.
+    #[default]
+    Ledger,
+    /// One SQL statement per batch, from --apply-sql.
+    Sql,
+}
+
+impl RunArgs {
+    /// Refuses a statement file without the SQL handler (it would be silently unused).
+    pub fn check_handler(&self) -> Result<(), String> {
+        self.handler.check()
+    }
+
+    /// Processor configuration from the flags.
+    pub fn processor(&self) -> ProcessorConfig {
+        let mut kafka = KafkaSettings::new(&self.kafka.brokers, &self.kafka.topic, &self.group);
+        kafka.partition_eof = self.exit_on_eof;
+        kafka.overrides = self.kafka.properties.clone();
+        let mut config = self.pipeline.processor(kafka, self.exit_on_eof);
+        #[cfg(feature = "unsafe-controls")]
+        {
+            config.worker.unsafe_controls = batch_inbox::UnsafeControls::new(
+                self.unsafe_offsets_before_commit,
+                self.unsafe_no_inbox,
+            );
+        }
+        config.offsets_in_db = self.offsets_in_db;
+        config.dedup_window = self.dedup_window.or(self.retention);
+        config
+    }
+}
+
+#[cfg(test)]
+mod tests;
