@@ -33,11 +33,16 @@ async fn duplicates_across_batches_are_applied_once() {
 async fn duplicates_inside_one_batch_are_applied_once() {
     let (_, pool) = fresh_db("dup_inside").await;
     let kafka = Kafka::new("dup-inside", 1);
-    // a, a, b, a, b: one batch of 5.
+    // a, a, b, a, b: one batch of 5. The test is about a batch's shape, so it batches with a
+    // linger that only the batch's size (5) or the partition's end can cut short.
     for i in [1, 1, 2, 1, 2] {
         kafka.send_entry(0, &uuid(i), 7, i as i64 * 100).await;
     }
-    let stats = drain(config(kafka.settings("g"), Mode::Batched, 5), &pool).await;
+    let cfg = with_linger(
+        config(kafka.settings("g"), Mode::Batched, 5),
+        std::time::Duration::from_secs(60),
+    );
+    let stats = drain(cfg, &pool).await;
     assert_eq!(stats.transactions, 1, "one batch");
     assert_eq!((stats.new, stats.duplicates), (2, 3));
     let t = tables(&pool).await;

@@ -150,7 +150,11 @@ impl Kafka {
     }
 }
 
+/// A processor's settings with the product's batching (natural, with its default minimum wait),
+/// at most `batch_size` records per batch, run until the topic is drained. A test about batch
+/// shapes sets linger batching itself ([`with_linger`]).
 pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorConfig {
+    use batch_inbox::internal::defaults;
     ProcessorConfig {
         kafka,
         worker: WorkerSettings {
@@ -158,13 +162,13 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
             batcher: BatcherSettings {
                 max_items: batch_size.try_into().unwrap(),
                 max_bytes: (4usize << 20).try_into().unwrap(),
-                linger: Duration::from_millis(20),
+                linger: Duration::from_millis(defaults::linger_ms(defaults::BATCHING)),
             },
             retry: RetryPolicy {
                 initial: Duration::from_millis(20),
                 max: Duration::from_millis(500),
             },
-            batching: Default::default(),
+            batching: defaults::BATCHING,
             max_poison_rate: None,
             consume_only: false,
             unsafe_controls: Default::default(),
@@ -176,6 +180,14 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
         dedup_window: None,
         statement_timeout: Some(Duration::from_secs(30)),
     }
+}
+
+/// `config` with linger batching: a batch closes on its limits, after `linger`, or at the end of
+/// the partition, so that its shape does not depend on how records reach the worker.
+pub fn with_linger(mut config: ProcessorConfig, linger: Duration) -> ProcessorConfig {
+    config.worker.batching = batch_inbox::internal::batcher::Batching::Linger;
+    config.worker.batcher.linger = linger;
+    config
 }
 
 /// Runs a ledger processor until its topic is drained and committed (at most 60 s).
@@ -358,7 +370,8 @@ impl batch_inbox::internal::worker::OffsetSink for Recorded {
     }
 }
 
-/// Worker settings with a 60 s linger (batches close on size, or at the source's end).
+/// Worker settings with linger batching and a 60 s linger (batches close on size, or at the
+/// source's end), for the tests that drive a partition worker and count its batches.
 pub fn worker_settings(mode: Mode, max_items: usize, max_bytes: usize) -> WorkerSettings {
     WorkerSettings {
         mode,
@@ -368,7 +381,7 @@ pub fn worker_settings(mode: Mode, max_items: usize, max_bytes: usize) -> Worker
             linger: Duration::from_secs(60),
         },
         retry: RetryPolicy::default(),
-        batching: Default::default(),
+        batching: batch_inbox::internal::batcher::Batching::Linger,
         max_poison_rate: None,
         consume_only: false,
         unsafe_controls: Default::default(),
