@@ -3,10 +3,18 @@
 
 use crate::common;
 use crate::common::group;
-use batch_inbox::Mode;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use batch_inbox::internal::error::HandlerError;
+use batch_inbox::internal::message::Message;
+use batch_inbox::ledger::{Entry, Ledger};
+use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use batch_inbox_tools::generate::{generate, GeneratorSettings};
 use batch_inbox_tools::verify::{differences, observe};
 use common::*;
+use tokio::sync::oneshot;
+use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_across_batches_are_applied_once() {
@@ -117,9 +125,83 @@ async fn committed_offsets_mean_a_restarted_member_reads_nothing_again() {
     assert_eq!(group::db_offsets(&pool, "g", 2).await, vec![51, 50]);
 }
 
+/// The ledger, holding its first transaction that has new messages open (ids inserted, balances
+/// written, no COMMIT) until told to go on; it hands over that transaction's ids.
+struct HoldsFirstBatch {
+    hold: Mutex<Option<(oneshot::Sender<Vec<Uuid>>, oneshot::Receiver<()>)>>,
+}
+
+impl Handler for HoldsFirstBatch {
+    type Payload = Entry;
+
+    async fn handle(
+        &self,
+        tx: &Transaction<'_>,
+        messages: &[Message<Entry>],
+    ) -> Result<Vec<Rejection>, HandlerError> {
+        let rejected = Ledger.handle(tx, messages).await?;
+        let hold = match messages.is_empty() {
+            true => None,
+            false => self.hold.lock().unwrap().take(),
+        };
+        if let Some((held, go)) = hold {
+            held.send(messages.iter().map(|m| m.id).collect()).unwrap();
+            go.await.unwrap();
+        }
+        Ok(rejected)
+    }
+}
+
+/// The ledger, recording the ids it is handed (new to the inbox in its transaction).
+#[derive(Default)]
+struct RecordsIds(Mutex<Vec<Uuid>>);
+
+impl Handler for RecordsIds {
+    type Payload = Entry;
+
+    async fn handle(
+        &self,
+        tx: &Transaction<'_>,
+        messages: &[Message<Entry>],
+    ) -> Result<Vec<Rejection>, HandlerError> {
+        self.0.lock().unwrap().extend(messages.iter().map(|m| m.id));
+        Ledger.handle(tx, messages).await
+    }
+
+    async fn handle_one(
+        &self,
+        tx: &Transaction<'_>,
+        message: &Message<Entry>,
+    ) -> Result<Option<Rejection>, HandlerError> {
+        self.0.lock().unwrap().push(message.id);
+        Ledger.handle_one(tx, message).await
+    }
+}
+
+/// Sessions of application `waiting` that wait on a lock in the inbox's INSERT, held by a
+/// session of application `holding`.
+async fn inbox_inserts_blocked(
+    pool: &deadpool_postgres::Pool,
+    waiting: &str,
+    holding: &str,
+) -> i64 {
+    let c = pool.get().await.unwrap();
+    c.query_one(
+        "SELECT count(*) FROM pg_stat_activity w
+         WHERE w.datname = current_database() AND w.application_name = $1
+           AND w.wait_event_type = 'Lock' AND w.query LIKE '%INSERT INTO inbox %'
+           AND EXISTS (SELECT 1 FROM pg_stat_activity h
+                       WHERE h.pid = ANY (pg_blocking_pids(w.pid)) AND h.application_name = $2)",
+        &[&waiting, &holding],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processors_handed_the_same_messages_apply_each_once() {
-    let (_, pool) = fresh_db("two_processors").await;
+    let (url, pool) = fresh_db("two_processors").await;
     let kafka = Kafka::new("two-processors", 4);
     let (records, expected) = generate(GeneratorSettings {
         messages: 4_000,
@@ -127,16 +209,68 @@ async fn two_processors_handed_the_same_messages_apply_each_once() {
         ..GeneratorSettings::default()
     });
     kafka.send_generated(records).await;
-    // Two groups: both processors receive every message, concurrently, on one database.
-    let (a, b) = tokio::join!(
-        drain(config(kafka.settings("a"), Mode::Batched, 100), &pool),
-        drain(config(kafka.settings("b"), Mode::Batched, 100), &pool),
+    // Two groups: both processors receive every message, on one database, each with a pool of
+    // its own whose sessions are named after it.
+    let named = |name: &str| format!("{url}?application_name={name}");
+    let pool_a = batch_inbox::db::connect(&named("processor_a"), 8)
+        .await
+        .unwrap();
+    let pool_b = batch_inbox::db::connect(&named("processor_b"), 8)
+        .await
+        .unwrap();
+    let (hold, held) = oneshot::channel();
+    let (go, went) = oneshot::channel();
+    let a_handler = Arc::new(HoldsFirstBatch {
+        hold: Mutex::new(Some((hold, went))),
+    });
+    let b_handler = Arc::new(RecordsIds::default());
+
+    // A holds its first transaction with new ids uncommitted; B, started then, reads the same
+    // partitions from their start and reaches copies that A holds: its inbox INSERT must wait.
+    let a = tokio::spawn({
+        let cfg = config(kafka.settings("a"), Mode::Batched, 100);
+        async move { drain_with(cfg, &pool_a, a_handler).await }
+    });
+    let held = tokio::time::timeout(std::time::Duration::from_secs(60), held)
+        .await
+        .expect("A reached a batch with new ids within 60 s")
+        .unwrap();
+    let b = tokio::spawn({
+        let (cfg, handler) = (
+            config(kafka.settings("b"), Mode::Batched, 100),
+            b_handler.clone(),
+        );
+        async move { drain_with(cfg, &pool_b, handler).await }
+    });
+    group::wait_for(
+        "B's inbox INSERT to wait on a copy that A holds",
+        60,
+        || async { inbox_inserts_blocked(&pool, "processor_b", "processor_a").await > 0 },
+    )
+    .await;
+    assert!(!a.is_finished(), "A's held transaction is still open");
+    go.send(()).unwrap();
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+
+    // B's waiting transaction went on once A committed, skipping A's ids as duplicates: no error,
+    // no retry, no bisection, and none of A's held ids handed to B's handler.
+    assert_eq!((b.retries, b.poisoned, b.poison_failures), (0, 0, 0));
+    let applied_by_b: HashSet<Uuid> = b_handler.0.lock().unwrap().iter().copied().collect();
+    assert!(
+        held.iter().all(|id| !applied_by_b.contains(id)),
+        "B applied an id that A held"
     );
+    assert_eq!(applied_by_b.len() as u64, b.new);
     assert_eq!(a.records + b.records, 8_000);
     assert_eq!(
         a.new + b.new,
         expected.new,
         "each id applied by exactly one of them"
+    );
+    let inbox: HashSet<Uuid> = tables(&pool).await.inbox.iter().map(|r| r.0).collect();
+    assert!(
+        held.iter().all(|id| inbox.contains(id)),
+        "A's held ids committed"
     );
     let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
     assert_eq!(differences(&observed, &expected), Vec::<String>::new());

@@ -192,13 +192,17 @@ pub fn with_linger(mut config: ProcessorConfig, linger: Duration) -> ProcessorCo
 
 /// Runs a ledger processor until its topic is drained and committed (at most 60 s).
 pub async fn drain(config: ProcessorConfig, pool: &Pool) -> StatsSnapshot {
+    drain_with(config, pool, Arc::new(Ledger)).await
+}
+
+/// [`drain`] with any handler.
+pub async fn drain_with<H: batch_inbox::Handler>(
+    config: ProcessorConfig,
+    pool: &Pool,
+    handler: Arc<H>,
+) -> StatsSnapshot {
     init_tracing();
-    let run = batch_inbox::run(
-        config,
-        pool.clone(),
-        Arc::new(Ledger),
-        std::future::pending(),
-    );
+    let run = batch_inbox::run(config, pool.clone(), handler, std::future::pending());
     tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .expect("topic drained within 60 s")
