@@ -2,10 +2,19 @@
 //! Each test has its own database, cluster and topic.
 
 use crate::common;
-use batch_inbox::Mode;
+use crate::common::group;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use batch_inbox::internal::error::HandlerError;
+use batch_inbox::internal::message::Message;
+use batch_inbox::ledger::{Entry, Ledger};
+use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use batch_inbox_tools::generate::{generate, GeneratorSettings};
 use batch_inbox_tools::verify::{differences, observe};
 use common::*;
+use tokio::sync::oneshot;
+use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_across_batches_are_applied_once() {
@@ -33,11 +42,16 @@ async fn duplicates_across_batches_are_applied_once() {
 async fn duplicates_inside_one_batch_are_applied_once() {
     let (_, pool) = fresh_db("dup_inside").await;
     let kafka = Kafka::new("dup-inside", 1);
-    // a, a, b, a, b: one batch of 5.
+    // a, a, b, a, b: one batch of 5. The test is about a batch's shape, so it batches with a
+    // linger that only the batch's size (5) or the partition's end can cut short.
     for i in [1, 1, 2, 1, 2] {
         kafka.send_entry(0, &uuid(i), 7, i as i64 * 100).await;
     }
-    let stats = drain(config(kafka.settings("g"), Mode::Batched, 5), &pool).await;
+    let cfg = with_linger(
+        config(kafka.settings("g"), Mode::Batched, 5),
+        std::time::Duration::from_secs(60),
+    );
+    let stats = drain(cfg, &pool).await;
     assert_eq!(stats.transactions, 1, "one batch");
     assert_eq!((stats.new, stats.duplicates), (2, 3));
     let t = tables(&pool).await;
@@ -82,20 +96,112 @@ async fn committed_offsets_mean_a_restarted_member_reads_nothing_again() {
             .send_entry((i % 2) as i32, &uuid(i), i as i64 % 5, 1)
             .await;
     }
-    let first = drain(config(kafka.settings("g"), Mode::Batched, 30), &pool).await;
+    // librdkafka's own commits off (allowed with offsets in the database): Kafka's committed
+    // offsets are then the processor's own commits only (before its end-of-topic check, at
+    // shutdown). The restart below starts from the database's offsets whatever Kafka holds, so
+    // Kafka's are read from the broker.
+    let cfg = || {
+        let mut settings = kafka.settings("g");
+        let no_auto_commit = ("enable.auto.commit".to_owned(), "false".to_owned());
+        settings.overrides.push(no_auto_commit);
+        config(settings, Mode::Batched, 30)
+    };
+    let reader = group::OffsetReader::new(&kafka.brokers, "g", &kafka.topic, 2);
+    let first = drain(cfg(), &pool).await;
     assert_eq!(first.records, 100);
+    assert_eq!(
+        reader.committed(),
+        Some(vec![50, 50]),
+        "the first member committed to Kafka"
+    );
     kafka.send_entry(0, &uuid(1000), 1, 1).await;
-    let second = drain(config(kafka.settings("g"), Mode::Batched, 30), &pool).await;
+    let second = drain(cfg(), &pool).await;
     assert_eq!(
         second.records, 1,
         "only the record produced after the commit"
     );
     assert_eq!(second.new, 1);
+    assert_eq!(reader.committed(), Some(vec![51, 50]));
+    assert_eq!(group::db_offsets(&pool, "g", 2).await, vec![51, 50]);
+}
+
+/// The ledger, holding its first transaction that has new messages open (ids inserted, balances
+/// written, no COMMIT) until told to go on; it hands over that transaction's ids.
+struct HoldsFirstBatch {
+    hold: Mutex<Option<(oneshot::Sender<Vec<Uuid>>, oneshot::Receiver<()>)>>,
+}
+
+impl Handler for HoldsFirstBatch {
+    type Payload = Entry;
+
+    async fn handle(
+        &self,
+        tx: &Transaction<'_>,
+        messages: &[Message<Entry>],
+    ) -> Result<Vec<Rejection>, HandlerError> {
+        let rejected = Ledger.handle(tx, messages).await?;
+        let hold = match messages.is_empty() {
+            true => None,
+            false => self.hold.lock().unwrap().take(),
+        };
+        if let Some((held, go)) = hold {
+            held.send(messages.iter().map(|m| m.id).collect()).unwrap();
+            go.await.unwrap();
+        }
+        Ok(rejected)
+    }
+}
+
+/// The ledger, recording the ids it is handed (new to the inbox in its transaction).
+#[derive(Default)]
+struct RecordsIds(Mutex<Vec<Uuid>>);
+
+impl Handler for RecordsIds {
+    type Payload = Entry;
+
+    async fn handle(
+        &self,
+        tx: &Transaction<'_>,
+        messages: &[Message<Entry>],
+    ) -> Result<Vec<Rejection>, HandlerError> {
+        self.0.lock().unwrap().extend(messages.iter().map(|m| m.id));
+        Ledger.handle(tx, messages).await
+    }
+
+    async fn handle_one(
+        &self,
+        tx: &Transaction<'_>,
+        message: &Message<Entry>,
+    ) -> Result<Option<Rejection>, HandlerError> {
+        self.0.lock().unwrap().push(message.id);
+        Ledger.handle_one(tx, message).await
+    }
+}
+
+/// Sessions of application `waiting` that wait on a lock in the inbox's INSERT, held by a
+/// session of application `holding`.
+async fn inbox_inserts_blocked(
+    pool: &deadpool_postgres::Pool,
+    waiting: &str,
+    holding: &str,
+) -> i64 {
+    let c = pool.get().await.unwrap();
+    c.query_one(
+        "SELECT count(*) FROM pg_stat_activity w
+         WHERE w.datname = current_database() AND w.application_name = $1
+           AND w.wait_event_type = 'Lock' AND w.query LIKE '%INSERT INTO inbox %'
+           AND EXISTS (SELECT 1 FROM pg_stat_activity h
+                       WHERE h.pid = ANY (pg_blocking_pids(w.pid)) AND h.application_name = $2)",
+        &[&waiting, &holding],
+    )
+    .await
+    .unwrap()
+    .get(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processors_handed_the_same_messages_apply_each_once() {
-    let (_, pool) = fresh_db("two_processors").await;
+    let (url, pool) = fresh_db("two_processors").await;
     let kafka = Kafka::new("two-processors", 4);
     let (records, expected) = generate(GeneratorSettings {
         messages: 4_000,
@@ -103,16 +209,68 @@ async fn two_processors_handed_the_same_messages_apply_each_once() {
         ..GeneratorSettings::default()
     });
     kafka.send_generated(records).await;
-    // Two groups: both processors receive every message, concurrently, on one database.
-    let (a, b) = tokio::join!(
-        drain(config(kafka.settings("a"), Mode::Batched, 100), &pool),
-        drain(config(kafka.settings("b"), Mode::Batched, 100), &pool),
+    // Two groups: both processors receive every message, on one database, each with a pool of
+    // its own whose sessions are named after it.
+    let named = |name: &str| format!("{url}?application_name={name}");
+    let pool_a = batch_inbox::db::connect(&named("processor_a"), 8)
+        .await
+        .unwrap();
+    let pool_b = batch_inbox::db::connect(&named("processor_b"), 8)
+        .await
+        .unwrap();
+    let (hold, held) = oneshot::channel();
+    let (go, went) = oneshot::channel();
+    let a_handler = Arc::new(HoldsFirstBatch {
+        hold: Mutex::new(Some((hold, went))),
+    });
+    let b_handler = Arc::new(RecordsIds::default());
+
+    // A holds its first transaction with new ids uncommitted; B, started then, reads the same
+    // partitions from their start and reaches copies that A holds: its inbox INSERT must wait.
+    let a = tokio::spawn({
+        let cfg = config(kafka.settings("a"), Mode::Batched, 100);
+        async move { drain_with(cfg, &pool_a, a_handler).await }
+    });
+    let held = tokio::time::timeout(std::time::Duration::from_secs(60), held)
+        .await
+        .expect("A reached a batch with new ids within 60 s")
+        .unwrap();
+    let b = tokio::spawn({
+        let (cfg, handler) = (
+            config(kafka.settings("b"), Mode::Batched, 100),
+            b_handler.clone(),
+        );
+        async move { drain_with(cfg, &pool_b, handler).await }
+    });
+    group::wait_for(
+        "B's inbox INSERT to wait on a copy that A holds",
+        60,
+        || async { inbox_inserts_blocked(&pool, "processor_b", "processor_a").await > 0 },
+    )
+    .await;
+    assert!(!a.is_finished(), "A's held transaction is still open");
+    go.send(()).unwrap();
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+
+    // B's waiting transaction went on once A committed, skipping A's ids as duplicates: no error,
+    // no retry, no bisection, and none of A's held ids handed to B's handler.
+    assert_eq!((b.retries, b.poisoned, b.poison_failures), (0, 0, 0));
+    let applied_by_b: HashSet<Uuid> = b_handler.0.lock().unwrap().iter().copied().collect();
+    assert!(
+        held.iter().all(|id| !applied_by_b.contains(id)),
+        "B applied an id that A held"
     );
+    assert_eq!(applied_by_b.len() as u64, b.new);
     assert_eq!(a.records + b.records, 8_000);
     assert_eq!(
         a.new + b.new,
         expected.new,
         "each id applied by exactly one of them"
+    );
+    let inbox: HashSet<Uuid> = tables(&pool).await.inbox.iter().map(|r| r.0).collect();
+    assert!(
+        held.iter().all(|id| inbox.contains(id)),
+        "A's held ids committed"
     );
     let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
     assert_eq!(differences(&observed, &expected), Vec::<String>::new());

@@ -65,10 +65,10 @@ async fn produce(broker: &Broker, topic: &str, records: &[RawRecord]) {
 async fn drain_topic(broker: &Broker, topic: &str, pool: &Pool, max_bytes: usize) -> StatsSnapshot {
     let mut kafka = KafkaSettings::new(&broker.addr, topic, Broker::group(topic, "g"));
     kafka.partition_eof = true;
-    let mut cfg = config(kafka, Mode::Batched, 100);
+    // Batches close on bytes or at the end of the partition only: linger batching, so that the
+    // batches' shapes are the byte limit's, whatever reaches the worker when.
+    let mut cfg = with_linger(config(kafka, Mode::Batched, 100), Duration::from_secs(60));
     cfg.worker.batcher.max_bytes = max_bytes.try_into().unwrap();
-    // Batches close on bytes or at the end of the partition only.
-    cfg.worker.batcher.linger = Duration::from_secs(60);
     drain(cfg, pool).await
 }
 

@@ -169,15 +169,27 @@ pub fn config(kafka: KafkaSettings, mode: Mode, batch_size: usize) -> ProcessorC
     config
 }
 
+/// `config` with linger batching: a batch closes on its limits, after `linger`, or at the end of
+/// the partition, so that its shape does not depend on how records reach the worker.
+pub fn with_linger(mut config: ProcessorConfig, linger: Duration) -> ProcessorConfig {
+    config.worker.batching = batch_inbox::Batching::Linger;
+    config.worker.batcher.linger = linger;
+    config
+}
+
 /// Runs a ledger processor until its topic is drained and committed (at most 60 s).
 pub async fn drain(config: ProcessorConfig, pool: &Pool) -> StatsSnapshot {
+    drain_with(config, pool, Arc::new(Ledger)).await
+}
+
+/// [`drain`] with any handler.
+pub async fn drain_with<H: batch_inbox::Handler>(
+    config: ProcessorConfig,
+    pool: &Pool,
+    handler: Arc<H>,
+) -> StatsSnapshot {
     init_tracing();
-    let run = batch_inbox::run(
-        config,
-        pool.clone(),
-        Arc::new(Ledger),
-        std::future::pending(),
-    );
+    let run = batch_inbox::run(config, pool.clone(), handler, std::future::pending());
     tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .expect("topic drained within 60 s")
