@@ -128,8 +128,11 @@ async fn committed_offsets_mean_a_restarted_member_reads_nothing_again() {
 /// The ledger, holding its first transaction that has new messages open (ids inserted, balances
 /// written, no COMMIT) until told to go on; it hands over that transaction's ids.
 struct HoldsFirstBatch {
-    hold: Mutex<Option<(oneshot::Sender<Vec<Uuid>>, oneshot::Receiver<()>)>>,
+    hold: Mutex<Option<Hold>>,
 }
+
+/// Where the held transaction's ids go, and the signal to go on.
+type Hold = (oneshot::Sender<Vec<Uuid>>, oneshot::Receiver<()>);
 
 impl Handler for HoldsFirstBatch {
     type Payload = Entry;
