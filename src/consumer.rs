@@ -12,11 +12,11 @@
 //! refused ([`refused`]).
 
 mod input;
-pub mod refused;
+pub(crate) mod refused;
 mod revoke;
 mod settings;
 
-pub use input::{queue_input, to_raw};
+pub(crate) use input::queue_input;
 pub use settings::KafkaSettings;
 
 use revoke::wait_for_workers;
@@ -45,22 +45,21 @@ use crate::error::{KafkaClientError, RunError};
 use crate::failpoint::failpoint;
 use crate::worker::OffsetSink;
 
-pub mod headers;
-pub use refused::RefusedSetting;
+pub(crate) mod headers;
 
 /// The consumer type used by the processor.
-pub type KafkaConsumer = StreamConsumer<GroupContext>;
+pub(crate) type KafkaConsumer = StreamConsumer<GroupContext>;
 
 /// Starts a worker for a newly assigned partition; returns its handle.
-pub type Spawner =
+pub(crate) type Spawner =
     Box<dyn Fn(Arc<str>, i32, StreamPartitionQueue<GroupContext>) -> WorkerHandle + Send + Sync>;
 
 /// Called with each new assignment before it takes effect; may set partitions' start offsets.
-pub type AssignHook =
+pub(crate) type AssignHook =
     Box<dyn Fn(&BaseConsumer<GroupContext>, &mut TopicPartitionList) + Send + Sync>;
 
 /// A running partition worker, as the group member sees it.
-pub struct WorkerHandle {
+pub(crate) struct WorkerHandle {
     /// Cancelled to ask the worker to commit what it read and stop.
     pub stop: CancellationToken,
     /// Set while the worker is at the end of its partition with everything committed.
@@ -70,11 +69,11 @@ pub struct WorkerHandle {
 }
 
 /// Receives librdkafka's statistics (every `statistics.interval.ms`).
-pub type StatisticsSink = Box<dyn Fn(&rdkafka::Statistics) + Send + Sync>;
+pub(crate) type StatisticsSink = Box<dyn Fn(&rdkafka::Statistics) + Send + Sync>;
 
 /// Consumer context: splits partition queues on assign, stops workers on revoke.
 #[derive(Default)]
-pub struct GroupContext {
+pub(crate) struct GroupContext {
     consumer: OnceLock<Weak<KafkaConsumer>>,
     spawner: OnceLock<Spawner>,
     on_assign: OnceLock<AssignHook>,
@@ -228,7 +227,7 @@ impl GroupContext {
     }
 
     /// Asks every worker to stop and waits for them.
-    pub async fn stop_all(&self) {
+    pub(crate) async fn stop_all(&self) {
         let all: Vec<WorkerHandle> = self.lock_workers().drain().map(|(_, w)| w).collect();
         for w in &all {
             w.stop.cancel();
@@ -240,7 +239,7 @@ impl GroupContext {
 
     /// True when every partition this member holds is at its end with everything committed
     /// (also when it holds none). Whether the topic is done for the group is [`crate::drain`]'s.
-    pub fn local_at_eof(&self) -> bool {
+    pub(crate) fn local_at_eof(&self) -> bool {
         let workers = self.lock_workers();
         workers.values().all(|w| w.at_eof.load(Ordering::Acquire))
     }
@@ -275,7 +274,7 @@ fn commit_stored(consumer: &KafkaConsumer, mode: CommitMode) {
 }
 
 /// Stores offsets in the consumer's offset store, for the next commit.
-pub struct KafkaOffsets(Weak<KafkaConsumer>);
+pub(crate) struct KafkaOffsets(Weak<KafkaConsumer>);
 
 impl OffsetSink for KafkaOffsets {
     fn store(&self, topic: &str, partition: i32, next_offset: i64) -> Result<(), String> {
@@ -288,14 +287,14 @@ impl OffsetSink for KafkaOffsets {
 }
 
 /// A subscribed group member. Drop it to leave the group.
-pub struct GroupMember {
+pub(crate) struct GroupMember {
     consumer: Arc<KafkaConsumer>,
     topic: Arc<str>,
 }
 
 impl GroupMember {
     /// Creates the consumer; `spawn` starts a worker for each assigned partition.
-    pub fn new(
+    pub(crate) fn new(
         settings: &KafkaSettings,
         revoke_timeout: Duration,
         spawn: impl FnOnce(Weak<KafkaConsumer>) -> Spawner,
@@ -325,19 +324,19 @@ impl GroupMember {
     }
 
     /// Sends librdkafka's statistics to `sink` from now on (set once).
-    pub fn on_statistics(&self, sink: StatisticsSink) {
+    pub(crate) fn on_statistics(&self, sink: StatisticsSink) {
         let _ = self.consumer.context().statistics.set(sink);
     }
 
     /// An offset sink for workers of this member.
-    pub fn offsets(consumer: Weak<KafkaConsumer>) -> KafkaOffsets {
+    pub(crate) fn offsets(consumer: Weak<KafkaConsumer>) -> KafkaOffsets {
         KafkaOffsets(consumer)
     }
 
     /// Polls the group (rebalances, errors) until `done` resolves, a worker fails, or, with a
     /// `drain` watch (`--exit-on-eof`, checked every 50 ms while this member's partitions are at
     /// their end), the whole topic is committed by the group.
-    pub async fn poll_until(
+    pub(crate) async fn poll_until(
         &self,
         done: impl Future<Output = ()>,
         failures: &mut mpsc::UnboundedReceiver<RunError>,
@@ -375,7 +374,7 @@ impl GroupMember {
     }
 
     /// Stops every worker (each commits what it read), commits stored offsets synchronously.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.consumer.context().stop_all().await;
         commit_stored(&self.consumer, CommitMode::Sync);
     }

@@ -11,15 +11,19 @@ use crate::message::DeadLetter;
 use crate::sql::INSERT_DEAD_LETTERS;
 
 mod row;
-pub mod stored;
+pub(crate) mod stored;
 
-pub use row::{headers_json, row, storable_detail, Row, RowForm, MAX_DETAIL_BYTES};
-pub use stored::{Listed, Parked, Position};
+#[cfg(test)]
+pub(crate) use row::headers_json;
+pub use row::MAX_DETAIL_BYTES;
+pub(crate) use row::{row, storable_detail, Row, RowForm};
+pub(crate) use stored::Parked;
+pub use stored::{Listed, Position};
 
 /// Writes the dead letters of one partition's batch in one statement, as rows of `form`;
 /// returns rows inserted (fewer than `letters.len()` when some were already recorded by an
 /// earlier delivery).
-pub async fn insert(
+pub(crate) async fn insert(
     tx: &Transaction<'_>,
     topic: &str,
     partition: i32,

@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 
 /// The group's positions kept outside Kafka (offsets in the database), by partition: the next
 /// offset to read.
-pub type StoredPositions =
+pub(crate) type StoredPositions =
     Arc<dyn Fn() -> BoxFuture<'static, Result<HashMap<i32, i64>, String>> + Send + Sync>;
 
 /// Longest wait for one broker request of the check.
@@ -32,7 +32,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where one partition stands for the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PartitionEnd {
+pub(crate) struct PartitionEnd {
     /// The partition.
     pub partition: i32,
     /// The group's committed offset (`None`: the group never committed one).
@@ -46,7 +46,7 @@ pub struct PartitionEnd {
 impl PartitionEnd {
     /// True when every record of the partition is committed by the group: the committed offset
     /// is at the end, or nothing was ever committed and the broker keeps no record.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         match self.committed {
             Some(c) => c >= self.high,
             None => self.low >= self.high,
@@ -55,7 +55,7 @@ impl PartitionEnd {
 }
 
 /// Raises each partition's committed offset to its stored position, when that is ahead.
-pub fn merge_stored(ends: &mut [PartitionEnd], stored: &HashMap<i32, i64>) {
+pub(crate) fn merge_stored(ends: &mut [PartitionEnd], stored: &HashMap<i32, i64>) {
     for end in ends {
         if let Some(&next) = stored.get(&end.partition) {
             end.committed = Some(end.committed.map_or(next, |c| c.max(next)));
@@ -65,7 +65,7 @@ pub fn merge_stored(ends: &mut [PartitionEnd], stored: &HashMap<i32, i64>) {
 
 /// The partitions not yet done, as `p<partition>: <committed>/<end>` for a log line; empty when the
 /// whole topic is done. An empty topic description (no partition known) is not done.
-pub fn pending(ends: &[PartitionEnd]) -> Option<Vec<String>> {
+pub(crate) fn pending(ends: &[PartitionEnd]) -> Option<Vec<String>> {
     if ends.is_empty() {
         return Some(vec!["no partition known yet".to_owned()]);
     }
@@ -82,7 +82,7 @@ pub fn pending(ends: &[PartitionEnd]) -> Option<Vec<String>> {
 
 /// Reads, for `group` (the consumer's own), the committed offset and the ends of every partition
 /// of `topic`. Blocking: run it off the async threads.
-pub fn partition_ends<C: Consumer<X>, X: ConsumerContext>(
+pub(crate) fn partition_ends<C: Consumer<X>, X: ConsumerContext>(
     consumer: &C,
     topic: &str,
 ) -> KafkaResult<Vec<PartitionEnd>> {
@@ -118,7 +118,7 @@ pub fn partition_ends<C: Consumer<X>, X: ConsumerContext>(
 
 /// The group-wide end-of-topic check, run at most every 250 ms while this member's
 /// partitions are at their end; the broker requests run off the async threads.
-pub struct DrainWatch {
+pub(crate) struct DrainWatch {
     stored: Option<StoredPositions>,
     running: Option<JoinHandle<Result<Vec<PartitionEnd>, String>>>,
     last_start: Option<tokio::time::Instant>,
@@ -129,7 +129,7 @@ impl DrainWatch {
     const EVERY: Duration = Duration::from_millis(250);
 
     /// A watch that also counts the positions `stored` reads (offsets in the database).
-    pub fn new(stored: Option<StoredPositions>) -> Self {
+    pub(crate) fn new(stored: Option<StoredPositions>) -> Self {
         Self {
             stored,
             running: None,
@@ -139,7 +139,7 @@ impl DrainWatch {
     }
 
     /// Starts a check of `topic` through `consumer`, unless one runs or ran a moment ago.
-    pub fn start<C, X>(&mut self, consumer: &Arc<C>, topic: &Arc<str>)
+    pub(crate) fn start<C, X>(&mut self, consumer: &Arc<C>, topic: &Arc<str>)
     where
         C: Consumer<X> + Send + Sync + 'static,
         X: ConsumerContext + 'static,
@@ -176,7 +176,7 @@ impl DrainWatch {
 
     /// Resolves when a running check of `watch` ends: true when the whole topic is committed by
     /// the group. Pending forever while no check runs (or without a watch).
-    pub async fn outcome_of(watch: &mut Option<DrainWatch>) -> bool {
+    pub(crate) async fn outcome_of(watch: &mut Option<DrainWatch>) -> bool {
         match watch {
             Some(w) => w.outcome().await,
             None => std::future::pending().await,

@@ -10,10 +10,11 @@ use tokio_postgres::error::SqlState;
 use crate::secret::{scrub, sensitive_values};
 
 mod fault;
-pub use fault::{classify_db, classify_state, is_retryable_db, Fault};
+pub use fault::Fault;
+pub(crate) use fault::{classify_db, is_retryable_db};
 
 /// An error with its causes, each once (a wrapper that displays its cause is not repeated).
-pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
     while let Some(c) = cause {
@@ -31,7 +32,7 @@ pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HandlerError {
-    /// A statement the handler ran failed; classified by its SQLSTATE ([`classify_state`]).
+    /// A statement the handler ran failed; classified by its SQLSTATE (the table of [`Fault`]).
     #[error("handler statement failed: {0}")]
     Db(#[from] tokio_postgres::Error),
     /// The handler says a message of the batch is bad: the batch is bisected and that message

@@ -13,7 +13,7 @@
 /// Aborts the process when failpoint `name` fires with `return(crash)`; any other argument is a
 /// configuration error and aborts too, loudly, so a test cannot silently run without its fault.
 #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
-pub fn crash(name: &str, arg: Option<String>) -> ! {
+pub(crate) fn crash(name: &str, arg: Option<String>) -> ! {
     let arg = arg.unwrap_or_default();
     if let Some(ms) = arg.strip_prefix("delay_crash:") {
         match ms.parse::<u64>() {

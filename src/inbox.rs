@@ -21,6 +21,7 @@ use std::time::Duration;
 use deadpool_postgres::{Client, Pool};
 
 use crate::dead_letter::RowForm;
+pub use crate::dead_letter::MAX_DETAIL_BYTES;
 use crate::error::InboxError;
 use crate::handler::Handler;
 use crate::message::{decode_batch, reject_outside_window, Decoded, RawMessage};

@@ -24,8 +24,8 @@ pub use id::{decode_id, id_text, parse_id, MAX_ID_TEXT_BYTES};
 /// One Kafka header: a name and an optional value, both bytes as received.
 ///
 /// Kafka does not require header names to be UTF-8. librdkafka hands a name out NUL-terminated,
-/// so a name that contains a NUL byte arrives cut before its first NUL (see
-/// [`crate::consumer::headers`]); values arrive whole.
+/// so a name that contains a NUL byte arrives cut before its first NUL (`consumer::headers` reads
+/// them, and `tests/it/broker_fetch.rs` shows it); values arrive whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
     /// Header name, as bytes.

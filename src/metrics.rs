@@ -22,7 +22,7 @@ fn histogram() -> Histogram<u64> {
 
 /// Accumulated measurements, shared by a processor's workers.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     inner: Mutex<Inner>,
 }
 
@@ -59,7 +59,7 @@ impl Metrics {
     }
 
     /// Records a committed batch; `committed_at` is the wall-clock time of its COMMIT.
-    pub fn record_batch(&self, sample: &BatchSample<'_>, committed_at: SystemTime) {
+    pub(crate) fn record_batch(&self, sample: &BatchSample<'_>, committed_at: SystemTime) {
         let now_us = committed_at
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
@@ -95,7 +95,7 @@ impl Metrics {
 
     /// Records the arrivals of a batch that just closed at `closed_ms` (Unix ms): per record,
     /// its Kafka timestamp to its arrival, and its arrival to the close.
-    pub fn record_arrivals(&self, arrivals: &[Arrival], closed_ms: i64) {
+    pub(crate) fn record_arrivals(&self, arrivals: &[Arrival], closed_ms: i64) {
         let mut m = self.lock();
         for a in arrivals {
             if let Some(ts) = a.timestamp_ms {
@@ -111,13 +111,13 @@ impl Metrics {
     }
 
     /// The throughput window: first record received to last commit.
-    pub fn window(&self) -> Option<Duration> {
+    pub(crate) fn window(&self) -> Option<Duration> {
         let m = self.lock();
         Some(m.last_commit?.saturating_duration_since(m.first_record?))
     }
 
     /// Summarizes everything recorded.
-    pub fn measured(&self) -> Measured {
+    pub(crate) fn measured(&self) -> Measured {
         let window = self.window().unwrap_or_default();
         let m = self.lock();
         Measured {
@@ -161,7 +161,7 @@ pub struct Measured {
 
 /// A record's arrival at its partition worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arrival {
+pub(crate) struct Arrival {
     /// Its Kafka timestamp (Unix ms, set by the producer or the broker), when it has one.
     pub timestamp_ms: Option<i64>,
     /// When it arrived (Unix ms).
@@ -228,7 +228,7 @@ impl Percentiles {
 }
 
 /// Peak resident set size of this process (VmHWM), in MiB; 0 where /proc is unavailable.
-pub fn peak_rss_mb() -> f64 {
+pub(crate) fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -242,7 +242,7 @@ pub fn peak_rss_mb() -> f64 {
 
 /// CPU time of this process (user + system, all threads), in seconds; 0 where /proc is
 /// unavailable. Linux reports it in clock ticks of 1/100 s.
-pub fn cpu_seconds() -> f64 {
+pub(crate) fn cpu_seconds() -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
         return 0.0;
     };

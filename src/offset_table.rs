@@ -14,7 +14,7 @@ use crate::sql::{READ_OFFSETS as READ, READ_TOPIC_OFFSETS as READ_TOPIC, UPSERT_
 
 /// Where a transaction records its partition's next offset.
 #[derive(Debug, Clone, Copy)]
-pub struct OffsetTarget<'a> {
+pub(crate) struct OffsetTarget<'a> {
     /// Consumer group.
     pub group: &'a str,
     /// The offset after the transaction's last record.
@@ -23,7 +23,7 @@ pub struct OffsetTarget<'a> {
 
 /// Upserts `target` in its own statement (for transactions that have no inbox statement to
 /// carry it).
-pub async fn store(
+pub(crate) async fn store(
     tx: &Transaction<'_>,
     topic: &str,
     partition: i32,
@@ -39,7 +39,7 @@ pub async fn store(
 }
 
 /// The stored next offsets of `partitions` of `topic` for `group`.
-pub async fn read(
+pub(crate) async fn read(
     pool: &Pool,
     group: &str,
     topic: &str,
@@ -51,7 +51,7 @@ pub async fn read(
 }
 
 /// The stored next offset of every partition of `topic` for `group`.
-pub async fn read_topic(
+pub(crate) async fn read_topic(
     pool: &Pool,
     group: &str,
     topic: &str,

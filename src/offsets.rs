@@ -6,7 +6,7 @@
 
 /// Committed position of one partition.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OffsetTracker {
+pub(crate) struct OffsetTracker {
     next: Option<i64>,
 }
 
@@ -14,7 +14,7 @@ impl OffsetTracker {
     /// Records that every message up to and including `last_offset` is committed in the
     /// database. Returns the new next offset to store when the position moved forward, `None`
     /// when it would not (a replayed or older batch).
-    pub fn committed_through(&mut self, last_offset: i64) -> Option<i64> {
+    pub(crate) fn committed_through(&mut self, last_offset: i64) -> Option<i64> {
         let next = last_offset.checked_add(1)?;
         if self.next.is_some_and(|current| next <= current) {
             return None;
@@ -24,7 +24,8 @@ impl OffsetTracker {
     }
 
     /// The next offset to consume, once anything has committed.
-    pub fn next(&self) -> Option<i64> {
+    #[cfg(test)]
+    fn next(&self) -> Option<i64> {
         self.next
     }
 }

@@ -51,7 +51,7 @@ impl std::ops::AddAssign for StageTimings {
 }
 
 /// Stage names, in pipeline order.
-pub const STAGES: [&str; 6] = [
+pub(crate) const STAGES: [&str; 6] = [
     "batch_wait",
     "dedup",
     "handler",
@@ -62,7 +62,7 @@ pub const STAGES: [&str; 6] = [
 
 /// What one committed batch contributes.
 #[derive(Debug, Clone, Copy)]
-pub struct BatchSample<'a> {
+pub(crate) struct BatchSample<'a> {
     /// When the batch's first record arrived.
     pub opened: Instant,
     /// When the batch was closed and handed to the inbox.

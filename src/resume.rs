@@ -23,7 +23,7 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The hook that starts assigned partitions from the offsets `group` stored in the database.
 /// Every record skipped that way is counted in `stats.replays_avoided`.
-pub fn from_database(pool: Pool, group: Arc<str>, stats: Arc<Stats>) -> AssignHook {
+pub(crate) fn from_database(pool: Pool, group: Arc<str>, stats: Arc<Stats>) -> AssignHook {
     Box::new(move |consumer, tpl| {
         if let Err(e) = set_start_offsets(consumer, tpl, &pool, &group, &stats) {
             tracing::warn!("starting from Kafka's committed offsets: {e}");

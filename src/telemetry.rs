@@ -7,9 +7,9 @@
 //! recorded once per committed transaction (per batch), never per message: the end-to-end latency
 //! of a batch's records goes into its histogram under one lock.
 
-pub mod histogram;
+pub(crate) mod histogram;
 mod registry;
-pub mod stall;
+pub(crate) mod stall;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -22,7 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use crate::metrics::Arrival;
 use crate::outcome::{BatchSample, TxOutcome, STAGES};
 use crate::reason::Reason;
-pub use histogram::BatchHistogram;
+pub(crate) use histogram::BatchHistogram;
 
 /// Labels of a per-partition series.
 type PartitionLabels = [(&'static str, String); 2];
@@ -32,12 +32,12 @@ type OneLabel = [(&'static str, &'static str); 1];
 type ReasonLabel = [(&'static str, String); 1];
 
 /// Metric name prefix.
-pub const PREFIX: &str = "batch_inbox";
+pub(crate) const PREFIX: &str = "batch_inbox";
 
 /// The processor's metrics. Cloning a metric shares it, so [`Telemetry::registry`] can be built
 /// at any time from the same values the workers update.
 #[derive(Debug)]
-pub struct Telemetry {
+pub(crate) struct Telemetry {
     consumed: Counter,
     new: Counter,
     duplicates: Counter,
@@ -67,11 +67,11 @@ pub struct Telemetry {
 /// Most rejection names with a dead-letter series of their own: a handler names its reasons at
 /// run time (the SQL handler's come from its statement's result), and a metric's label values
 /// must stay few. Further names are counted under [`OTHER_REJECTIONS`].
-pub const MAX_REJECTION_LABELS: usize = 100;
+pub(crate) const MAX_REJECTION_LABELS: usize = 100;
 
 /// The `reason` label of the rejections beyond [`MAX_REJECTION_LABELS`] names (not a valid
 /// rejection name, so it is never one of them).
-pub const OTHER_REJECTIONS: &str = "_other";
+pub(crate) const OTHER_REJECTIONS: &str = "_other";
 
 /// Seconds, from 0.5 ms to about 65 s.
 fn latency_buckets() -> impl Iterator<Item = f64> {
@@ -125,7 +125,7 @@ impl Default for Telemetry {
 
 /// Decrements a gauge when dropped.
 #[derive(Debug)]
-pub struct GaugeGuard(Gauge);
+pub(crate) struct GaugeGuard(Gauge);
 
 impl Drop for GaugeGuard {
     fn drop(&mut self) {
@@ -136,7 +136,7 @@ impl Drop for GaugeGuard {
 impl Telemetry {
     /// Counts one committed transaction: its outcome, its stage timings and batch size, and the
     /// end-to-end latency of its records (Kafka timestamp to `committed_at`).
-    pub fn record_batch(
+    pub(crate) fn record_batch(
         &self,
         outcome: &TxOutcome,
         sample: &BatchSample<'_>,
@@ -176,7 +176,7 @@ impl Telemetry {
 
     /// Records the arrivals of a batch that closed at `closed_ms` (Unix ms): per record, Kafka
     /// timestamp to arrival, and arrival to the batch's close.
-    pub fn record_arrivals(&self, arrivals: &[Arrival], closed_ms: i64) {
+    pub(crate) fn record_arrivals(&self, arrivals: &[Arrival], closed_ms: i64) {
         let ms = |d: i64| d.max(0) as f64 / 1000.0;
         self.receive.observe_many(
             arrivals
@@ -192,7 +192,7 @@ impl Telemetry {
 
     /// Shows the dead-letter counter of each of `reasons` (a handler's rejection reasons) from
     /// the start, at 0, as the pipeline's own reasons are.
-    pub fn declare_reasons(&self, reasons: &[Reason]) {
+    pub(crate) fn declare_reasons(&self, reasons: &[Reason]) {
         for r in reasons {
             drop(
                 self.dead_letters
@@ -229,36 +229,36 @@ impl Telemetry {
     }
 
     /// Counts one failed attempt that will be retried.
-    pub fn record_retry(&self) {
+    pub(crate) fn record_retry(&self) {
         self.retries.inc();
     }
 
     /// Marks a batch as in flight until the guard is dropped.
-    pub fn batch_in_flight(&self) -> GaugeGuard {
+    pub(crate) fn batch_in_flight(&self) -> GaugeGuard {
         self.in_flight.inc();
         GaugeGuard(self.in_flight.clone())
     }
 
     /// Marks a partition as assigned (its worker running) until the guard is dropped.
-    pub fn partition_assigned(&self) -> GaugeGuard {
+    pub(crate) fn partition_assigned(&self) -> GaugeGuard {
         self.assigned.inc();
         GaugeGuard(self.assigned.clone())
     }
 
     /// Partitions whose workers are running.
-    pub fn assigned_partitions(&self) -> i64 {
+    pub(crate) fn assigned_partitions(&self) -> i64 {
         self.assigned.get()
     }
 
     /// Sets the pool gauges (read when scraped).
-    pub fn set_pool(&self, in_use: usize, max: usize) {
+    pub(crate) fn set_pool(&self, in_use: usize, max: usize) {
         self.pool_in_use.set(in_use as i64);
         self.pool_max.set(max as i64);
     }
 
     /// Records the unsafe test-only switches that are on (`batch_inbox_unsafe_mode` is 1 while
     /// any is).
-    pub fn set_unsafe_mode(&self, switches: &[&'static str]) {
+    pub(crate) fn set_unsafe_mode(&self, switches: &[&'static str]) {
         self.unsafe_mode.set(i64::from(!switches.is_empty()));
         *self
             .unsafe_switches
@@ -267,7 +267,7 @@ impl Telemetry {
     }
 
     /// The unsafe test-only switches that are on, by flag name.
-    pub fn unsafe_switches(&self) -> Vec<&'static str> {
+    pub(crate) fn unsafe_switches(&self) -> Vec<&'static str> {
         self.unsafe_switches
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -276,7 +276,7 @@ impl Telemetry {
 
     /// Replaces the consumer lag of every partition with `lags` ((topic, partition) → records
     /// not yet committed to the database). Partitions absent from `lags` lose their series.
-    pub fn set_lags(&self, lags: BTreeMap<(String, i32), i64>) {
+    pub(crate) fn set_lags(&self, lags: BTreeMap<(String, i32), i64>) {
         let mut current = self.lags.lock().unwrap_or_else(|p| p.into_inner());
         for (topic, partition) in current.keys() {
             if !lags.contains_key(&(topic.clone(), *partition)) {
@@ -292,7 +292,7 @@ impl Telemetry {
     /// Consumer lag from librdkafka's statistics: per assigned partition, the records after
     /// the stored offset (what is committed in the database), or after the committed offset
     /// when nothing was stored yet.
-    pub fn record_statistics(&self, stats: &rdkafka::Statistics) {
+    pub(crate) fn record_statistics(&self, stats: &rdkafka::Statistics) {
         let mut lags = BTreeMap::new();
         for (name, topic) in &stats.topics {
             for p in topic.partitions.values() {
@@ -310,7 +310,7 @@ impl Telemetry {
     }
 
     /// Total consumer lag over the partitions with a known lag, and how many those are.
-    pub fn total_lag(&self) -> (i64, usize) {
+    pub(crate) fn total_lag(&self) -> (i64, usize) {
         let lags = self.lags.lock().unwrap_or_else(|p| p.into_inner());
         (lags.values().sum(), lags.len())
     }

@@ -30,7 +30,7 @@ use rdkafka_sys::types::RDKafkaRespErr;
 use crate::message::Header;
 
 /// The headers of `m`, in order, or why librdkafka could not parse them.
-pub fn read(m: &BorrowedMessage<'_>) -> Result<Vec<Header>, String> {
+pub(crate) fn read(m: &BorrowedMessage<'_>) -> Result<Vec<Header>, String> {
     let mut list: *mut rd_kafka_headers_t = std::ptr::null_mut();
     // SAFETY: `m.ptr()` is a valid consumed message for the lifetime of `m`, and `list` a valid
     // out-pointer. librdkafka parses the header block into a list owned by the message (rdkafka's
@@ -56,7 +56,7 @@ pub fn read(m: &BorrowedMessage<'_>) -> Result<Vec<Header>, String> {
 /// # Safety
 /// `list` must point to a valid librdkafka header list that is not modified or freed during the
 /// call.
-pub unsafe fn copy_headers(list: *const rd_kafka_headers_t) -> Vec<Header> {
+pub(crate) unsafe fn copy_headers(list: *const rd_kafka_headers_t) -> Vec<Header> {
     let mut headers = Vec::new();
     for index in 0.. {
         let mut name: *const c_char = std::ptr::null();

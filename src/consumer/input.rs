@@ -18,7 +18,7 @@ use crate::worker::Input;
 /// Copies a borrowed record into the pipeline's owned type. Never panics, whatever its bytes:
 /// headers are read as bytes ([`headers::read`]); headers librdkafka cannot parse leave the
 /// record without headers and with `header_error` set.
-pub fn to_raw(topic: &Arc<str>, m: &BorrowedMessage<'_>) -> RawMessage {
+pub(crate) fn to_raw(topic: &Arc<str>, m: &BorrowedMessage<'_>) -> RawMessage {
     let (headers, header_error) = match headers::read(m) {
         Ok(headers) => (headers, None),
         Err(e) => (Vec::new(), Some(e)),
@@ -36,7 +36,7 @@ pub fn to_raw(topic: &Arc<str>, m: &BorrowedMessage<'_>) -> RawMessage {
 }
 
 /// The worker's input stream over a partition queue.
-pub fn queue_input(
+pub(crate) fn queue_input(
     topic: Arc<str>,
     queue: &StreamPartitionQueue<GroupContext>,
 ) -> impl futures::Stream<Item = Input> + '_ {

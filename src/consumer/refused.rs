@@ -11,11 +11,11 @@
 //! lose or repeat an effect.
 
 use super::KafkaSettings;
-pub use crate::error::RefusedSetting;
+pub(crate) use crate::error::RefusedSetting;
 
 /// What a rule may weigh besides the property's value.
 #[derive(Debug, Clone, Copy)]
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     /// `--group`: the key of the offsets stored in the database.
     pub group: &'a str,
     /// Whether end-of-partition events are asked for (`--exit-on-eof`).
@@ -26,7 +26,7 @@ pub struct Context<'a> {
 }
 
 /// A property the guarantee depends on.
-pub struct Rule {
+pub(crate) struct Rule {
     /// The librdkafka property.
     pub key: &'static str,
     /// The safe values, in words.
@@ -38,7 +38,7 @@ pub struct Rule {
 }
 
 /// Every property the guarantee depends on, with its reason.
-pub const RULES: &[Rule] = &[
+pub(crate) const RULES: &[Rule] = &[
     Rule {
         key: "enable.auto.offset.store",
         safe: "false",
@@ -92,7 +92,7 @@ pub const RULES: &[Rule] = &[
 ];
 
 /// Checks the client configuration of `settings` against [`RULES`].
-pub fn check(settings: &KafkaSettings, offsets_in_db: bool) -> Result<(), RefusedSetting> {
+pub(crate) fn check(settings: &KafkaSettings, offsets_in_db: bool) -> Result<(), RefusedSetting> {
     let config = settings.client_config();
     let context = Context {
         group: &settings.group,

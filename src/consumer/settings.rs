@@ -38,7 +38,7 @@ impl KafkaSettings {
         }
     }
 
-    /// Refuses overrides that would break the guarantee ([`refused::RULES`]).
+    /// Refuses overrides that would break the guarantee (the table of module `consumer::refused`).
     pub fn check(&self, offsets_in_db: bool) -> Result<(), RefusedSetting> {
         refused::check(self, offsets_in_db)
     }

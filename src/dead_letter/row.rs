@@ -27,7 +27,7 @@ pub const MAX_DETAIL_BYTES: usize = 1_000;
 
 /// How the dead-letter rows of one transaction are built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowForm<'a> {
+pub(crate) struct RowForm<'a> {
     /// Name of the id header, whose value goes to `message_id_raw`.
     pub id_header: &'a str,
     /// `Some(sqlstate)`: the full rows were refused with this SQLSTATE; write minimal rows.
@@ -36,7 +36,7 @@ pub struct RowForm<'a> {
 
 impl<'a> RowForm<'a> {
     /// Full rows, reading the id from header `id_header`.
-    pub fn full(id_header: &'a str) -> Self {
+    pub(crate) fn full(id_header: &'a str) -> Self {
         Self {
             id_header,
             refused: None,
@@ -44,7 +44,7 @@ impl<'a> RowForm<'a> {
     }
 
     /// Minimal rows, after the full ones were refused with `sqlstate`.
-    pub fn minimal(id_header: &'a str, sqlstate: &'a str) -> Self {
+    pub(crate) fn minimal(id_header: &'a str, sqlstate: &'a str) -> Self {
         Self {
             id_header,
             refused: Some(sqlstate),
@@ -54,7 +54,7 @@ impl<'a> RowForm<'a> {
 
 /// The values of one `dead_letters` row (besides topic and partition, shared by the batch).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Row<'a> {
+pub(crate) struct Row<'a> {
     /// Kafka offset.
     pub offset: i64,
     /// The id as text, when it is clean and short (see the module's rules).
@@ -76,7 +76,7 @@ pub struct Row<'a> {
 }
 
 /// The row of `letter` in `form`.
-pub fn row<'a>(letter: &'a DeadLetter, form: RowForm<'_>) -> Row<'a> {
+pub(crate) fn row<'a>(letter: &'a DeadLetter, form: RowForm<'_>) -> Row<'a> {
     let raw = &*letter.raw;
     let minimal = Row {
         offset: raw.offset,
@@ -113,7 +113,7 @@ pub fn row<'a>(letter: &'a DeadLetter, form: RowForm<'_>) -> Row<'a> {
 
 /// `detail` with NUL written as `\0`, cut at a character boundary to [`MAX_DETAIL_BYTES`]
 /// (ending with `…` when cut).
-pub fn storable_detail(detail: &str) -> String {
+pub(crate) fn storable_detail(detail: &str) -> String {
     const CUT: &str = "…";
     // Escaping at most doubles a text: look at no more than the limit's worth of input.
     let head = &detail[..floor_char_boundary(detail, MAX_DETAIL_BYTES)];
@@ -135,7 +135,7 @@ fn floor_char_boundary(text: &str, max: usize) -> usize {
 }
 
 /// Headers as JSON, losslessly and storably (see the module's rules).
-pub fn headers_json(raw: &RawMessage) -> Value {
+pub(crate) fn headers_json(raw: &RawMessage) -> Value {
     let headers = raw.headers.iter().map(|h| {
         let mut entry = Map::with_capacity(2);
         match clean_text(&h.key) {

@@ -34,16 +34,14 @@ impl std::fmt::Display for Position {
 /// A dead letter waiting for a redrive, read with the columns of
 /// [`crate::sql::redrive::LOCK_PARKED`].
 #[derive(Debug, Clone)]
-pub struct Parked {
+pub(crate) struct Parked {
     /// The record as delivered.
     pub raw: Arc<RawMessage>,
-    /// Why it was parked (the stored reason text).
-    pub reason: String,
 }
 
 impl Parked {
     /// Reads one row of [`crate::sql::redrive::LOCK_PARKED`].
-    pub fn from_row(row: &PgRow) -> Result<Self, tokio_postgres::Error> {
+    pub(crate) fn from_row(row: &PgRow) -> Result<Self, tokio_postgres::Error> {
         let topic: String = row.try_get(0)?;
         let headers: Option<Value> = row.try_get(7)?;
         let raw = RawMessage {
@@ -56,14 +54,11 @@ impl Parked {
             headers: headers.as_ref().map(headers_of).unwrap_or_default(),
             header_error: None,
         };
-        Ok(Self {
-            raw: Arc::new(raw),
-            reason: row.try_get(4)?,
-        })
+        Ok(Self { raw: Arc::new(raw) })
     }
 
     /// Its position.
-    pub fn position(&self) -> Position {
+    pub(crate) fn position(&self) -> Position {
         Position {
             topic: self.raw.topic.to_string(),
             partition: self.raw.partition,
@@ -74,7 +69,7 @@ impl Parked {
 
 /// The headers of a stored `headers` value ([`super::headers_json`] read in reverse). An entry
 /// that is not one of its forms is skipped: it cannot have been written by the pipeline.
-pub fn headers_of(json: &Value) -> Vec<Header> {
+pub(crate) fn headers_of(json: &Value) -> Vec<Header> {
     let Some(entries) = json.as_array() else {
         return Vec::new();
     };

@@ -5,7 +5,7 @@
 use tokio_postgres::error::SqlState;
 
 /// True when a PostgreSQL error is transient: the same work may succeed when retried.
-pub fn is_retryable_db(err: &tokio_postgres::Error) -> bool {
+pub(crate) fn is_retryable_db(err: &tokio_postgres::Error) -> bool {
     if err.is_closed() {
         return true;
     }
@@ -45,7 +45,7 @@ pub enum Fault {
 }
 
 /// The [`Fault`] of a SQLSTATE, by its class (and the few codes that differ from their class).
-pub fn classify_state(code: &SqlState) -> Fault {
+pub(crate) fn classify_state(code: &SqlState) -> Fault {
     if *code == SqlState::LOCK_NOT_AVAILABLE {
         return Fault::Transient;
     }
@@ -63,7 +63,7 @@ pub fn classify_state(code: &SqlState) -> Fault {
 /// The [`Fault`] of a PostgreSQL error: by SQLSTATE; without one, a closed connection or an I/O
 /// failure is transient, and anything else (a value the client cannot convert: the handler's
 /// types do not match the table's) is the environment's.
-pub fn classify_db(err: &tokio_postgres::Error) -> Fault {
+pub(crate) fn classify_db(err: &tokio_postgres::Error) -> Fault {
     if err.is_closed() {
         return Fault::Transient;
     }

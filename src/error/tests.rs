@@ -1,4 +1,4 @@
-use super::fault::is_retryable_state;
+use super::fault::{classify_state, is_retryable_state};
 use super::*;
 
 #[test]

@@ -11,7 +11,7 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 
 /// Bucketed observations: upper bounds (the last is `+Inf`), a count per bucket, a sum.
 #[derive(Debug, Clone)]
-pub struct BatchHistogram {
+pub(crate) struct BatchHistogram {
     inner: Arc<Mutex<Inner>>,
 }
 
@@ -25,7 +25,7 @@ struct Inner {
 
 impl BatchHistogram {
     /// A histogram with the given ascending upper bounds, plus `+Inf`.
-    pub fn new(bounds: impl IntoIterator<Item = f64>) -> Self {
+    pub(crate) fn new(bounds: impl IntoIterator<Item = f64>) -> Self {
         let buckets = bounds
             .into_iter()
             .chain(std::iter::once(f64::MAX))
@@ -46,12 +46,12 @@ impl BatchHistogram {
     }
 
     /// Adds one observation.
-    pub fn observe(&self, value: f64) {
+    pub(crate) fn observe(&self, value: f64) {
         self.observe_many(std::iter::once(value));
     }
 
     /// Adds every value of `values` under one lock.
-    pub fn observe_many(&self, values: impl IntoIterator<Item = f64>) {
+    pub(crate) fn observe_many(&self, values: impl IntoIterator<Item = f64>) {
         let mut inner = self.lock();
         for v in values {
             inner.sum += v;
@@ -63,12 +63,14 @@ impl BatchHistogram {
     }
 
     /// Number of observations.
-    pub fn count(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> u64 {
         self.lock().count
     }
 
     /// Sum of the observations.
-    pub fn sum(&self) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn sum(&self) -> f64 {
         self.lock().sum
     }
 }

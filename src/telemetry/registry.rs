@@ -7,7 +7,7 @@ use super::{Telemetry, PREFIX};
 
 impl Telemetry {
     /// A registry holding every metric, named with the `batch_inbox_` prefix.
-    pub fn registry(&self) -> Registry {
+    pub(crate) fn registry(&self) -> Registry {
         let mut r = Registry::with_prefix(PREFIX);
         r.register(
             "messages_consumed",
@@ -116,7 +116,7 @@ impl Telemetry {
     }
 
     /// The metrics in the OpenMetrics text format.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry());

@@ -28,7 +28,7 @@ struct Stall {
 
 /// The stalled partitions of a processor and their metrics.
 #[derive(Debug, Default)]
-pub struct Stalls {
+pub(crate) struct Stalls {
     now: Mutex<BTreeMap<(String, i32), Stall>>,
     gauge: Family<PartitionLabels, Gauge>,
     retries: Family<StateLabel, Counter>,
@@ -44,12 +44,12 @@ fn labels(topic: &str, partition: i32) -> PartitionLabels {
 impl Stalls {
     /// Records one failed attempt of a stalled partition (`sqlstate`: the error's SQLSTATE, or
     /// `none` for an error without one).
-    pub fn retrying(&self, topic: &str, partition: i32, sqlstate: &str) {
+    pub(crate) fn retrying(&self, topic: &str, partition: i32, sqlstate: &str) {
         self.retrying_as(topic, partition, sqlstate, false);
     }
 
     /// [`Stalls::retrying`] of a partition the poison-rate breaker stalled.
-    pub fn retrying_on_breaker(&self, topic: &str, partition: i32, sqlstate: &str) {
+    pub(crate) fn retrying_on_breaker(&self, topic: &str, partition: i32, sqlstate: &str) {
         self.retrying_as(topic, partition, sqlstate, true);
     }
 
@@ -69,7 +69,7 @@ impl Stalls {
     }
 
     /// The partition committed again (or was given up: revoked, stopping).
-    pub fn resumed(&self, topic: &str, partition: i32) {
+    pub(crate) fn resumed(&self, topic: &str, partition: i32) {
         let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
         if now.remove(&(topic.to_owned(), partition)).is_some() {
             self.gauge.get_or_create(&labels(topic, partition)).set(0);
@@ -77,7 +77,7 @@ impl Stalls {
     }
 
     /// Why the process is stalled, if it is: the partitions, the SQLSTATEs and how long.
-    pub fn reason(&self) -> Option<String> {
+    pub(crate) fn reason(&self) -> Option<String> {
         let now = self.now.lock().unwrap_or_else(|p| p.into_inner());
         if now.is_empty() {
             return None;
@@ -105,7 +105,7 @@ impl Stalls {
     }
 
     /// Registers `stalled` and `stall_retries` in `r`.
-    pub fn register(&self, r: &mut Registry) {
+    pub(crate) fn register(&self, r: &mut Registry) {
         r.register(
             "stalled",
             "1 while a partition waits on a failure that is not the message's fault (a missing \

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use batch_inbox::db;
-use batch_inbox::internal::error::DbError;
+use batch_inbox::DbError;
 
 /// A self-signed certificate for 127.0.0.1 and its key, as `<dir>/<name>.crt` and `.key`.
 fn self_signed(dir: &Path, name: &str) {

@@ -5,10 +5,10 @@
 use crate::common;
 use std::sync::Arc;
 
-use batch_inbox::internal::dead_letter::MAX_DETAIL_BYTES;
-use batch_inbox::internal::inbox::Inbox;
-use batch_inbox::internal::message::{Header, RawMessage};
+use batch_inbox::inbox::Inbox;
+use batch_inbox::inbox::MAX_DETAIL_BYTES;
 use batch_inbox::ledger::Ledger;
+use batch_inbox::message::{Header, RawMessage};
 use bytes::Bytes;
 use common::*;
 use deadpool_postgres::Pool;

@@ -12,7 +12,7 @@ use crate::common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use batch_inbox::internal::stats::StatsSnapshot;
+use batch_inbox::StatsSnapshot;
 use batch_inbox_tools::generate::{generate, Expected, GeneratorSettings, Record};
 use batch_inbox_tools::verify::{differences, observe};
 use common::*;

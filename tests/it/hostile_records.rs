@@ -12,8 +12,8 @@ use crate::common::broker;
 use crate::common::raw_producer;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use batch_inbox::internal::consumer::KafkaSettings;
 use batch_inbox::ledger::Entry;
+use batch_inbox::KafkaSettings;
 use batch_inbox::Mode;
 use batch_inbox_tools::generate::{Generator, GeneratorSettings, Model, Record};
 use broker::Broker;
@@ -49,7 +49,7 @@ fn ledger_fate(r: &Record, seen: &mut HashSet<Uuid>) -> Fate {
     match Entry::parse(r.value.as_deref()) {
         // The decoder's reasons are the pipeline's own: their texts are fixed.
         Err((reason, _)) => Fate::Dead(match reason {
-            batch_inbox::internal::reason::Reason::EmptyPayload => "empty_payload",
+            batch_inbox::Reason::EmptyPayload => "empty_payload",
             _ => "invalid_payload",
         }),
         Ok(_) if seen.insert(id) => Fate::New,

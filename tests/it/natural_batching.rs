@@ -6,12 +6,12 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use batch_inbox::internal::batcher::Batching;
-use batch_inbox::internal::inbox::Inbox;
-use batch_inbox::internal::stats::Stats;
-use batch_inbox::internal::worker::{Input, PartitionWorker};
+use batch_inbox::batcher::Batching;
+use batch_inbox::inbox::Inbox;
 use batch_inbox::ledger::Ledger;
+use batch_inbox::worker::{Input, PartitionWorker};
 use batch_inbox::Mode;
+use batch_inbox::Stats;
 use common::*;
 use futures::channel::mpsc;
 use tokio_util::sync::CancellationToken;

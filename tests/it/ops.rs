@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use batch_inbox::internal::stats::Stats;
 use batch_inbox::ledger::Ledger;
 use batch_inbox::Mode;
+use batch_inbox::Stats;
 use common::{config, fresh_db, uuid, Kafka};
 use tokio_util::sync::CancellationToken;
 
@@ -60,22 +60,17 @@ async fn metrics_are_served_during_a_run_and_agree_with_the_database() {
     let stats = Arc::new(Stats::default());
     let stop = CancellationToken::new();
     let any_port = "127.0.0.1:0".parse().unwrap();
-    let addr = batch_inbox::internal::exporter::start(
-        any_port,
-        &url,
-        pool.clone(),
-        stats.clone(),
-        stop.clone(),
-    )
-    .await
-    .unwrap();
+    let addr =
+        batch_inbox::exporter::start(any_port, &url, pool.clone(), stats.clone(), stop.clone())
+            .await
+            .unwrap();
     let mut settings = kafka.settings("ops-metrics");
     settings
         .overrides
         .push(("statistics.interval.ms".into(), "200".into()));
     let mut cfg = config(settings, Mode::Batched, 10);
     cfg.exit_on_eof = false;
-    let run = tokio::spawn(batch_inbox::internal::processor::run_with_stats(
+    let run = tokio::spawn(batch_inbox::run_with_stats(
         cfg,
         pool.clone(),
         Arc::new(Ledger),
@@ -171,10 +166,7 @@ async fn metrics_are_served_during_a_run_and_agree_with_the_database() {
     assert_eq!(by_reason, expected);
     // Every reason has its series: the pipeline's and the ledger's own (declared, so at 0 too).
     let ledger = <batch_inbox::ledger::Ledger as batch_inbox::Handler>::REJECTIONS;
-    for reason in batch_inbox::internal::reason::Reason::PIPELINE
-        .iter()
-        .chain(ledger)
-    {
+    for reason in batch_inbox::Reason::PIPELINE.iter().chain(ledger) {
         let series = format!("batch_inbox_dead_letters_total{{reason=\"{reason}\"}}");
         let rows = by_reason.get(reason.as_str()).copied().unwrap_or(0);
         assert_eq!(value(&m, &series), rows as f64, "{reason}");

@@ -4,10 +4,10 @@
 use crate::common;
 use std::sync::Arc;
 
-use batch_inbox::internal::error::{HandlerError, RunError};
-use batch_inbox::internal::message::Message;
 use batch_inbox::ledger::Entry;
+use batch_inbox::message::Message;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
+use batch_inbox::{HandlerError, RunError};
 use batch_inbox_tools::generate::{generate, GeneratorSettings};
 use common::*;
 

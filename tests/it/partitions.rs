@@ -5,7 +5,7 @@ use crate::common;
 use crate::common::retention as retention_helpers;
 use std::time::{Duration, Instant, SystemTime};
 
-use batch_inbox::internal::days::{day_bounds, day_of_millis, partition_name, unix_millis};
+use batch_inbox::days::{day_bounds, day_of_millis, partition_name, unix_millis};
 use batch_inbox::retention::partition::{self, Conversion, DdlOutcome};
 use batch_inbox::retention::{self, Layout};
 use batch_inbox::Mode;

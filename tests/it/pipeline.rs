@@ -6,9 +6,9 @@ use crate::common::group;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use batch_inbox::internal::error::HandlerError;
-use batch_inbox::internal::message::Message;
 use batch_inbox::ledger::{Entry, Ledger};
+use batch_inbox::message::Message;
+use batch_inbox::HandlerError;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use batch_inbox_tools::generate::{generate, GeneratorSettings};
 use batch_inbox_tools::verify::{differences, observe};

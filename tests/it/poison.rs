@@ -8,13 +8,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use batch_inbox::internal::error::HandlerError;
-use batch_inbox::internal::inbox::Inbox;
-use batch_inbox::internal::message::{Header, Message, RawMessage};
-use batch_inbox::internal::stats::{Stats, StatsSnapshot};
-use batch_inbox::internal::worker::{Input, PartitionWorker};
+use batch_inbox::inbox::Inbox;
 use batch_inbox::ledger::{Entry, Ledger};
+use batch_inbox::message::{Header, Message, RawMessage};
+use batch_inbox::worker::{Input, PartitionWorker};
+use batch_inbox::HandlerError;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
+use batch_inbox::{Stats, StatsSnapshot};
 use bytes::Bytes;
 use common::*;
 use deadpool_postgres::Pool;
@@ -340,8 +340,7 @@ async fn the_poison_rate_breaker_stalls_instead_of_dead_lettering_the_stream() {
     });
     let stats = Arc::new(Stats::default());
     let mut settings = worker_settings(Mode::Batched, 8, 1usize << 20);
-    settings.max_poison_rate =
-        batch_inbox::internal::worker::parse_max_poison_rate("3/1m").unwrap();
+    settings.max_poison_rate = batch_inbox::worker::parse_max_poison_rate("3/1m").unwrap();
     settings.retry.initial = Duration::from_millis(10);
     settings.retry.max = Duration::from_millis(200);
     let inbox = Inbox::new(pool.clone(), handler, "id").with_offsets_in_db(Some("g"));

@@ -7,8 +7,8 @@ use crate::common::postgres;
 use std::sync::Arc;
 use std::time::Duration;
 
-use batch_inbox::internal::stats::Stats;
 use batch_inbox::ledger::Ledger;
+use batch_inbox::Stats;
 use batch_inbox::{db, Mode};
 use common::{config, db_name, Kafka};
 use tokio_util::sync::CancellationToken;
@@ -41,15 +41,10 @@ async fn readyz_flips_when_postgres_stops_and_starts() {
     let stats = Arc::new(Stats::default());
     let stop = CancellationToken::new();
     let any_port = "127.0.0.1:0".parse().unwrap();
-    let addr = batch_inbox::internal::exporter::start(
-        any_port,
-        &url,
-        pool.clone(),
-        stats.clone(),
-        stop.clone(),
-    )
-    .await
-    .unwrap();
+    let addr =
+        batch_inbox::exporter::start(any_port, &url, pool.clone(), stats.clone(), stop.clone())
+            .await
+            .unwrap();
     // Before the processor joins the group: the database answers, but no partition is assigned.
     assert_eq!(
         http::get(addr, "/readyz").await,
@@ -59,7 +54,7 @@ async fn readyz_flips_when_postgres_stops_and_starts() {
     let kafka = Kafka::new("ops-readyz", 2);
     let mut cfg = config(kafka.settings("ops-readyz"), Mode::Batched, 10);
     cfg.exit_on_eof = false;
-    let run = tokio::spawn(batch_inbox::internal::processor::run_with_stats(
+    let run = tokio::spawn(batch_inbox::run_with_stats(
         cfg,
         pool.clone(),
         Arc::new(Ledger),

@@ -6,9 +6,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use batch_inbox::internal::stats::Stats;
 use batch_inbox::ledger::Ledger;
 use batch_inbox::Mode;
+use batch_inbox::Stats;
 use batch_inbox_tools::generate::{Generator, GeneratorSettings, Model};
 use batch_inbox_tools::verify::{differences, observe};
 use common::*;
@@ -28,7 +28,7 @@ fn start(kafka: &Kafka, pool: &Pool) -> Member {
     cfg.exit_on_eof = false;
     let stats = Arc::new(Stats::default());
     let (stop, stopped) = oneshot::channel::<()>();
-    let run = batch_inbox::internal::processor::run_with_stats(
+    let run = batch_inbox::run_with_stats(
         cfg,
         pool.clone(),
         Arc::new(Ledger),

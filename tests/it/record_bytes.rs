@@ -7,10 +7,10 @@ use crate::common::broker;
 use crate::common::raw_producer;
 use std::time::Duration;
 
-use batch_inbox::internal::consumer::KafkaSettings;
-use batch_inbox::internal::message::{Header, RawMessage};
-use batch_inbox::internal::stats::StatsSnapshot;
+use batch_inbox::message::{Header, RawMessage};
+use batch_inbox::KafkaSettings;
 use batch_inbox::Mode;
+use batch_inbox::StatsSnapshot;
 use broker::Broker;
 use bytes::Bytes;
 use common::*;

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use batch_inbox::internal::consumer::KafkaSettings;
 use batch_inbox::ledger::Ledger;
 use batch_inbox::redrive::{self, RedriveReport, Selection};
+use batch_inbox::KafkaSettings;
 use batch_inbox::Mode;
 use deadpool_postgres::Pool;
 

@@ -240,9 +240,7 @@ async fn an_unreadable_topic_retention_is_reported_as_unknown_without_blocking_t
 async fn run_with_a_retention_guards_the_window_and_prepares_partitions_before_consuming() {
     let (url, pool) = fresh_db("run_retention").await;
     let mut c = pool.get().await.unwrap();
-    let today = batch_inbox::internal::days::day_of_millis(
-        batch_inbox::internal::days::unix_millis(SystemTime::now()),
-    );
+    let today = batch_inbox::days::day_of_millis(batch_inbox::days::unix_millis(SystemTime::now()));
     retention::partition::convert(&mut c, today - 5, 0)
         .await
         .unwrap();

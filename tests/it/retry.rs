@@ -5,9 +5,9 @@ use crate::common;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use batch_inbox::internal::error::HandlerError;
-use batch_inbox::internal::message::Message;
 use batch_inbox::ledger::{Entry, Ledger};
+use batch_inbox::message::Message;
+use batch_inbox::HandlerError;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use batch_inbox_tools::generate::{generate, GeneratorSettings};
 use batch_inbox_tools::verify::{differences, observe};

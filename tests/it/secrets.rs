@@ -233,7 +233,7 @@ async fn a_refused_kafka_property_is_named_without_its_value() {
         panic!("a producer with an unknown property")
     };
     assert!(!format!("{err} {err:?}").contains(PW), "{err}");
-    let mut kafka = batch_inbox::internal::consumer::KafkaSettings::new("127.0.0.1:1", "t", "g");
+    let mut kafka = batch_inbox::KafkaSettings::new("127.0.0.1:1", "t", "g");
     kafka.overrides = vec![
         ("security.protocol".to_owned(), "ssl".to_owned()),
         ("ssl.key.pem".to_owned(), PW.to_owned()),

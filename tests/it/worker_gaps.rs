@@ -4,12 +4,12 @@
 use crate::common;
 use std::sync::Arc;
 
-use batch_inbox::internal::inbox::Inbox;
-use batch_inbox::internal::message::{Header, RawMessage};
-use batch_inbox::internal::stats::Stats;
-use batch_inbox::internal::worker::{Input, PartitionWorker};
+use batch_inbox::inbox::Inbox;
 use batch_inbox::ledger::Ledger;
+use batch_inbox::message::{Header, RawMessage};
+use batch_inbox::worker::{Input, PartitionWorker};
 use batch_inbox::Mode;
+use batch_inbox::Stats;
 use bytes::Bytes;
 use common::*;
 use tokio_util::sync::CancellationToken;

@@ -5,12 +5,12 @@ use crate::common;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use batch_inbox::internal::error::HandlerError;
-use batch_inbox::internal::inbox::Inbox;
-use batch_inbox::internal::message::{Header, Message, RawMessage};
-use batch_inbox::internal::stats::Stats;
-use batch_inbox::internal::worker::{Input, PartitionWorker};
+use batch_inbox::inbox::Inbox;
 use batch_inbox::ledger::{Entry, Ledger};
+use batch_inbox::message::{Header, Message, RawMessage};
+use batch_inbox::worker::{Input, PartitionWorker};
+use batch_inbox::HandlerError;
+use batch_inbox::Stats;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use bytes::Bytes;
 use common::*;

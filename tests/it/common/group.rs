@@ -8,8 +8,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use batch_inbox::internal::stats::Stats;
 use batch_inbox::ledger::Ledger;
+use batch_inbox::Stats;
 use batch_inbox::{Handler, ProcessorConfig};
 use deadpool_postgres::Pool;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -32,15 +32,10 @@ impl Member {
         super::init_tracing();
         let stats = Arc::new(Stats::default());
         let (stop, stopped) = oneshot::channel::<()>();
-        let run = batch_inbox::internal::processor::run_with_stats(
-            cfg,
-            pool.clone(),
-            handler,
-            stats.clone(),
-            async move {
+        let run =
+            batch_inbox::run_with_stats(cfg, pool.clone(), handler, stats.clone(), async move {
                 let _ = stopped.await;
-            },
-        );
+            });
         let task = tokio::spawn(async move { run.await.expect("member ran without error") });
         Member { stats, stop, task }
     }

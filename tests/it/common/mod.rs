@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use batch_inbox::internal::consumer::KafkaSettings;
-use batch_inbox::internal::stats::StatsSnapshot;
-use batch_inbox::internal::worker::{RetryPolicy, WorkerSettings};
 use batch_inbox::ledger::Ledger;
+use batch_inbox::worker::{RetryPolicy, WorkerSettings};
+use batch_inbox::KafkaSettings;
+use batch_inbox::StatsSnapshot;
 use batch_inbox::{db, Mode, ProcessorConfig};
 use deadpool_postgres::Pool;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -332,8 +332,8 @@ pub fn ledger_record(
     id: &str,
     account: i64,
     amount: i64,
-) -> batch_inbox::internal::message::RawMessage {
-    batch_inbox::internal::message::RawMessage {
+) -> batch_inbox::message::RawMessage {
+    batch_inbox::message::RawMessage {
         topic: Arc::from("t"),
         partition: 0,
         offset,
@@ -342,7 +342,7 @@ pub fn ledger_record(
         payload: Some(bytes::Bytes::from(format!(
             r#"{{"account_id":{account},"amount":{amount}}}"#
         ))),
-        headers: vec![batch_inbox::internal::message::Header {
+        headers: vec![batch_inbox::message::Header {
             key: "id".into(),
             value: Some(bytes::Bytes::copy_from_slice(id.as_bytes())),
         }],
@@ -354,7 +354,7 @@ pub fn ledger_record(
 #[derive(Default)]
 pub struct Recorded(pub std::sync::Mutex<Vec<i64>>);
 
-impl batch_inbox::internal::worker::OffsetSink for Recorded {
+impl batch_inbox::worker::OffsetSink for Recorded {
     fn store(&self, _topic: &str, _partition: i32, next_offset: i64) -> Result<(), String> {
         self.0.lock().unwrap().push(next_offset);
         Ok(())
