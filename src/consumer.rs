@@ -43,6 +43,7 @@ use crate::drain::DrainWatch;
 use crate::error::{KafkaClientError, RunError};
 use crate::failpoint::failpoint;
 use crate::message::RawMessage;
+use crate::stats::Stats;
 use crate::worker::{Input, OffsetSink};
 
 pub mod headers;
@@ -193,6 +194,8 @@ pub struct GroupContext {
     workers: Mutex<HashMap<(Arc<str>, i32), WorkerHandle>>,
     /// How long a revoke waits for a partition's in-flight batch.
     pub revoke_timeout: Duration,
+    /// Counts the revoked partitions ([`Stats::partitions_revoked`]).
+    stats: Arc<Stats>,
 }
 
 impl ClientContext for GroupContext {
@@ -321,6 +324,8 @@ impl GroupContext {
         if revoked.is_empty() {
             return;
         }
+        let count = &self.stats.partitions_revoked;
+        count.fetch_add(revoked.len() as u64, Ordering::Relaxed);
         tracing::info!(
             "{} partition(s) revoked; finishing their batches",
             revoked.len()
@@ -437,15 +442,18 @@ pub struct GroupMember {
 }
 
 impl GroupMember {
-    /// Creates the consumer; `spawn` starts a worker for each assigned partition.
+    /// Creates the consumer; `spawn` starts a worker for each assigned partition; revokes are
+    /// counted in `stats`.
     pub fn new(
         settings: &KafkaSettings,
         revoke_timeout: Duration,
+        stats: Arc<Stats>,
         spawn: impl FnOnce(Weak<KafkaConsumer>) -> Spawner,
         on_assign: Option<AssignHook>,
     ) -> Result<Self, RunError> {
         let context = GroupContext {
             revoke_timeout,
+            stats,
             ..GroupContext::default()
         };
         let consumer: Arc<KafkaConsumer> = Arc::new(

@@ -37,6 +37,9 @@ pub struct Stats {
     pub replays_avoided: AtomicU64,
     /// Offsets the client refused to store (the partition was no longer assigned).
     pub offsets_refused: AtomicU64,
+    /// Partitions revoked from this member, counted as each revoke arrives, before it waits for
+    /// their in-flight batches (a live counter, not in the snapshot).
+    pub partitions_revoked: AtomicU64,
     /// Records whose offset was not the previous record's offset + 1 within one partition
     /// worker (a gap: records the source skipped; never expected with this project's producer).
     pub offset_gaps: AtomicU64,
