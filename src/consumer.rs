@@ -43,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 use crate::drain::DrainWatch;
 use crate::error::{KafkaClientError, RunError};
 use crate::failpoint::failpoint;
+use crate::stats::Stats;
 use crate::worker::OffsetSink;
 
 pub(crate) mod headers;
@@ -81,6 +82,8 @@ pub(crate) struct GroupContext {
     workers: Mutex<HashMap<(Arc<str>, i32), WorkerHandle>>,
     /// How long a revoke waits for a partition's in-flight batch.
     pub revoke_timeout: Duration,
+    /// Counts the revoked partitions ([`Stats::partitions_revoked`]).
+    stats: Arc<Stats>,
 }
 
 impl ClientContext for GroupContext {
@@ -209,6 +212,8 @@ impl GroupContext {
         if revoked.is_empty() {
             return;
         }
+        let count = &self.stats.partitions_revoked;
+        count.fetch_add(revoked.len() as u64, Ordering::Relaxed);
         tracing::info!(
             "{} partition(s) revoked; finishing their batches",
             revoked.len()
@@ -293,15 +298,18 @@ pub(crate) struct GroupMember {
 }
 
 impl GroupMember {
-    /// Creates the consumer; `spawn` starts a worker for each assigned partition.
+    /// Creates the consumer; `spawn` starts a worker for each assigned partition; revokes are
+    /// counted in `stats`.
     pub(crate) fn new(
         settings: &KafkaSettings,
         revoke_timeout: Duration,
+        stats: Arc<Stats>,
         spawn: impl FnOnce(Weak<KafkaConsumer>) -> Spawner,
         on_assign: Option<AssignHook>,
     ) -> Result<Self, RunError> {
         let context = GroupContext {
             revoke_timeout,
+            stats,
             ..GroupContext::default()
         };
         let consumer: Arc<KafkaConsumer> = Arc::new(

@@ -114,7 +114,13 @@ pub async fn run_with_stats<H: Handler>(
     });
     let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
     let spawn = |consumer| spawner(consumer, inbox, config.worker, stats.clone(), fail_tx);
-    let member = GroupMember::new(&config.kafka, config.revoke_timeout, spawn, on_assign)?;
+    let member = GroupMember::new(
+        &config.kafka,
+        config.revoke_timeout,
+        stats.clone(),
+        spawn,
+        on_assign,
+    )?;
     let observed = stats.clone();
     member.on_statistics(Box::new(move |s| observed.telemetry.record_statistics(s)));
     let drain = config.exit_on_eof.then(|| {

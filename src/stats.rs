@@ -38,6 +38,10 @@ pub struct Stats {
     pub(crate) replays_avoided: AtomicU64,
     /// Offsets the client refused to store (the partition was no longer assigned).
     pub(crate) offsets_refused: AtomicU64,
+    /// Partitions revoked from this member, counted as each revoke arrives, before it waits for
+    /// their in-flight batches (a live counter, not in the snapshot:
+    /// [`Stats::partitions_revoked`]).
+    pub(crate) partitions_revoked: AtomicU64,
     /// Records whose offset was not the previous record's offset + 1 within one partition
     /// worker (a gap: records the source skipped; never expected with this project's producer).
     pub(crate) offset_gaps: AtomicU64,
@@ -154,6 +158,17 @@ impl Stats {
     /// The unsafe test-only switches that are on (none in a normal build).
     pub fn unsafe_switches(&self) -> Vec<&'static str> {
         self.telemetry.unsafe_switches()
+    }
+
+    /// Partitions assigned to this member now (one worker each).
+    pub fn assigned_partitions(&self) -> i64 {
+        self.telemetry.assigned_partitions()
+    }
+
+    /// Partitions revoked from this member so far, counted as each revoke arrives (before it
+    /// waits for their in-flight batches).
+    pub fn partitions_revoked(&self) -> u64 {
+        self.partitions_revoked.load(Relaxed)
     }
 
     /// Why a partition is stalled (its SQLSTATE and what failed), or `None` when none is: what
