@@ -37,7 +37,8 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create or upgrade the tables (idempotent, versioned).
+    /// Create or upgrade the tables: the core's, and the ledger's unless --handler sql
+    /// (idempotent, versioned by owner).
     Migrate(MigrateArgs),
     /// Remove inbox rows older than the retention, in small batches, and report what was removed.
     Cleanup(CleanupCommandArgs),
