@@ -74,6 +74,19 @@
 //! it goes; [`stats_file`] holds the run report that `run --stats-file` writes and the load
 //! tools read.
 //!
+//! ## Other crates' types in the API
+//!
+//! The API names its own types, except where a user hands one in or gets one to work with; those
+//! crates' versions are then part of this crate's:
+//! - `deadpool_postgres::Pool` (0.14): the pool [`run`] and the database functions take, made by
+//!   [`db::connect`] or by the caller;
+//! - [`Transaction`] (`deadpool_postgres::Transaction`): the batch's transaction a [`Handler`]
+//!   works in, with every `tokio_postgres` call on it;
+//! - `tokio_postgres::Error` (0.7): the cause that [`HandlerError::Db`] carries, so that a handler
+//!   can use `?` on its statements and the inbox can classify them by SQLSTATE;
+//! - `rdkafka::ClientConfig` (0.39): [`KafkaSettings::client_config`], the librdkafka
+//!   configuration the processor creates its consumer from, for a caller that checks it.
+//!
 //! ## Layout
 //!
 //! The modules, in data-flow order. Public: `batcher`, `days`, `db`, `defaults`, `exporter`,

@@ -73,6 +73,17 @@ impl Default for WorkerSettings {
     }
 }
 
+impl WorkerSettings {
+    /// THE LOAD TOOLS' BROKER CEILING (feature `consume-only`, off in the product): consume,
+    /// batch and store offsets, and apply nothing, not even the inbox. It measures the broker
+    /// and the client alone.
+    #[cfg(feature = "consume-only")]
+    pub fn only_consume(mut self) -> Self {
+        self.consume_only = true;
+        self
+    }
+}
+
 /// Settings shared by every partition worker of a processor.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
@@ -88,10 +99,8 @@ pub struct WorkerSettings {
     pub retry: RetryPolicy,
     /// The poison-rate breaker (`None`: off); module `breaker`.
     pub max_poison_rate: Option<PoisonRate>,
-    /// TOOLS ONLY (the load test's broker ceiling): consume, batch and store offsets, and apply
-    /// nothing. Not a setting of the product; `false` everywhere else.
-    #[doc(hidden)]
-    pub consume_only: bool,
+    /// The load tools' broker ceiling ([`WorkerSettings::only_consume`]); `false` in the product.
+    pub(crate) consume_only: bool,
     /// TEST-ONLY, UNSAFE switches; off (the only value of a normal build).
     pub unsafe_controls: crate::unsafe_controls::UnsafeControls,
 }

@@ -263,7 +263,7 @@ pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
     kafka.overrides = args.kafka.properties.clone();
     kafka.partition_eof = !args.follow;
     let mut config = args.pipeline.processor(kafka, !args.follow);
-    config.worker.consume_only = true;
+    config.worker = config.worker.only_consume();
     // Nothing is written to the database: the group's position is Kafka's alone.
     config.offsets_in_db = false;
     let stats = Arc::new(Stats::with_report());
