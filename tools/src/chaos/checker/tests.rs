@@ -1,0 +1,125 @@
+use super::*;
+
+fn expected(balances: &[(i64, i64)]) -> Expected {
+    Expected {
+        balances: balances.iter().copied().collect(),
+        ..Expected::default()
+    }
+}
+
+#[test]
+fn balances_report_double_application_and_loss() {
+    let model = expected(&[(1, 10), (2, 5)]);
+    let doubled: BTreeMap<i64, i64> = [(1, 20), (2, 5)].into_iter().collect();
+    let sum = sum_of_balances(&doubled, &model);
+    assert!(
+        !sum.ok && sum.detail.contains("10 too much"),
+        "{}",
+        sum.detail
+    );
+    let each = every_balance(&doubled, &model);
+    assert!(
+        !each.ok && each.detail.starts_with("1 accounts differ"),
+        "{}",
+        each.detail
+    );
+    let lost: BTreeMap<i64, i64> = [(1, 10)].into_iter().collect();
+    assert!(sum_of_balances(&lost, &model).detail.contains("5 missing"));
+    assert!(!every_balance(&lost, &model).ok);
+    // An account that only saw rejected debits exists at 0 and is absent from the model.
+    let zero: BTreeMap<i64, i64> = [(1, 10), (2, 5), (3, 0)].into_iter().collect();
+    assert!(every_balance(&zero, &model).ok && sum_of_balances(&zero, &model).ok);
+}
+
+#[test]
+fn inbox_ids_must_equal_the_valid_ids() {
+    let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+    let valid: HashSet<Uuid> = [a, b].into();
+    assert!(inbox_ids(&[a, b].into(), &valid).ok);
+    let lost = inbox_ids(&[a].into(), &valid);
+    assert!(
+        !lost.ok && lost.detail.contains("1 valid ids missing"),
+        "{}",
+        lost.detail
+    );
+    assert!(!inbox_ids(&[a, b, c].into(), &valid).ok);
+}
+
+#[test]
+fn valid_ids_skip_bad_input() {
+    let good = |id: &str| Record {
+        key: "1".into(),
+        value: Some(br#"{"account_id":1,"amount":5}"#.to_vec()),
+        id: Some(id.into()),
+    };
+    let id = Uuid::from_u128(9).to_string();
+    let mut empty = good(&id);
+    empty.value = Some(Vec::new());
+    let records = [good(&id), good(&id), good("not-a-uuid"), empty];
+    assert_eq!(valid_ids(&records), [Uuid::from_u128(9)].into());
+}
+
+#[test]
+fn a_regression_right_after_a_resume_is_tolerated_unless_strict() {
+    let at = |at_s| Regression {
+        partition: 1,
+        from: 10,
+        to: 5,
+        at_s,
+    };
+    let samples = Samples {
+        samples: 10,
+        regressions: vec![at(20.5)],
+        ..Samples::default()
+    };
+    let lenient = offsets_monotonic(&samples, &[20.0], false);
+    assert!(
+        lenient.ok && lenient.detail.contains("tolerated"),
+        "{}",
+        lenient.detail
+    );
+    assert!(!offsets_monotonic(&samples, &[20.0], true).ok);
+    assert!(!offsets_monotonic(&samples, &[10.0], false).ok);
+    assert!(
+        offsets_monotonic(
+            &Samples {
+                samples: 3,
+                ..Samples::default()
+            },
+            &[],
+            true
+        )
+        .ok
+    );
+}
+
+#[test]
+fn lag_and_fault_counts() {
+    let at = |committed, high| PartitionLag {
+        partition: 0,
+        committed,
+        high_watermark: high,
+    };
+    for strict in [true, false] {
+        assert!(lag_zero(&[at(Some(5), 5)], strict).ok);
+        assert!(!lag_zero(&[at(Some(4), 5)], strict).ok);
+        assert!(!lag_zero(&[at(None, 5)], strict).ok);
+        assert!(lag_zero(&[at(None, 0)], strict).ok);
+        assert!(!lag_zero(&[], strict).ok);
+    }
+    let ahead = lag_zero(&[at(Some(6), 5)], false);
+    assert!(
+        ahead.ok && ahead.detail.contains("past the broker's"),
+        "{}",
+        ahead.detail
+    );
+    let strict = lag_zero(&[at(Some(6), 5)], true);
+    assert!(!strict.ok, "an end below served records: {}", strict.detail);
+    assert!(faults_hit(&[("kills", 2), ("retries", 1)]).ok);
+    let none = faults_hit(&[("kills", 2), ("replays", 0)]);
+    assert!(
+        !none.ok && none.detail.contains("none of: replays"),
+        "{}",
+        none.detail
+    );
+}
