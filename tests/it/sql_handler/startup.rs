@@ -1,0 +1,109 @@
+//! Start-up: a statement that cannot run ends the process before anything is consumed; the
+//! handler is a setting like any other.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_that_cannot_run_ends_the_process_before_anything_is_consumed() {
+    let broker = Broker::start();
+    let topic = broker.topic("sql-bad-statement");
+    produce(&broker, &topic, 1, &[record(0, 1, None, "{}")]).await;
+    let (url, pool) = fresh_core_db("sql_bad_statement").await;
+    let dir = std::env::temp_dir().join(format!("bad-sql-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text, reason) in [
+        (
+            "nope.sql",
+            "INSERT INTO nope SELECT * FROM jsonb_array_elements($1)",
+            "the statement does not prepare: ERROR: relation \"nope\" does not exist",
+        ),
+        (
+            "two.sql",
+            "SELECT $1::jsonb, $2::int",
+            "the statement must take exactly one parameter, $1 of type jsonb; it takes \
+             $1 jsonb, $2 int4",
+        ),
+        (
+            "text.sql",
+            "SELECT $1::text",
+            "exactly one parameter, $1 of type jsonb; it takes $1 text",
+        ),
+        ("none.sql", "SELECT 1", "$1 of type jsonb; it takes none"),
+        ("empty.sql", "", "the file holds no SQL statement"),
+        (
+            "comment.sql",
+            "-- nothing\n/* here */\n",
+            "holds no SQL statement",
+        ),
+        (
+            "two_statements.sql",
+            "SELECT $1::jsonb; SELECT 2",
+            "ERROR: cannot insert multiple commands into a prepared statement",
+        ),
+        (
+            "shape.sql",
+            "SELECT 1 AS message_id, 'x' AS reason FROM jsonb_array_elements($1)",
+            "the result's column message_id is int4; rejections need uuid or text",
+        ),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let run = run_sql(&url, &broker, &topic, "g", &path, &[]).await;
+        assert_eq!(run.code, Some(1), "{name}: {}", run.stderr);
+        let line = format!("error: --apply-sql {}: ", path.display());
+        let last = run.stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with(&line) && last.contains(reason),
+            "{name}: {}",
+            run.stderr
+        );
+    }
+    let missing = dir.join("missing.sql");
+    let run = run_sql(&url, &broker, &topic, "g", &missing, &[]).await;
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cannot read the file"),
+        "{}",
+        run.stderr
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    // Nothing consumed: no inbox row, no dead letter, no stored offset.
+    let consumed = "SELECT (SELECT count(*) FROM inbox) + (SELECT count(*) FROM dead_letters)
+                    + (SELECT count(*) FROM consumer_offsets)";
+    assert_eq!(count(&pool, consumed).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handler_is_a_setting_like_any_other() {
+    let sql = example("customers.sql");
+    let sql = sql.to_str().unwrap();
+    let shown = Running::spawn(
+        &["run", "--apply-sql", sql, "--print-config"],
+        &[("BATCH_INBOX_HANDLER", "sql")],
+    )
+    .wait(Duration::from_secs(30))
+    .await;
+    assert_eq!(shown.code, Some(0), "{}", shown.stderr);
+    assert!(
+        shown.stdout.contains("handler = \"sql\"  # env")
+            && shown
+                .stdout
+                .contains(&format!("apply-sql = {sql:?}  # flag")),
+        "{}",
+        shown.stdout
+    );
+    for (args, needle) in [
+        (vec!["run", "--handler", "sql"], "--apply-sql"),
+        (vec!["run", "--apply-sql", sql], "add --handler sql"),
+    ] {
+        let refused = Running::spawn(&args, &[])
+            .wait(Duration::from_secs(30))
+            .await;
+        assert_eq!(refused.code, Some(2), "{args:?}: {}", refused.stderr);
+        assert!(
+            refused.stderr.contains(needle),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
+}
