@@ -9,5 +9,6 @@ pub mod args;
 pub mod commands;
 pub mod config_file;
 pub mod dead_letters;
+pub mod handler;
 pub mod logging;
 pub mod retention;

@@ -10,9 +10,10 @@ use tokio_util::sync::CancellationToken;
 
 mod cli;
 
-use cli::commands::{Command, HandlerArgs, HandlerKind, RunArgs};
+use cli::commands::{Command, RunArgs};
 use cli::config_file::{self, ConfigError, Source};
 use cli::dead_letters::{DeadLettersCommand, ListArgs, RedriveArgs};
+use cli::handler::{HandlerArgs, HandlerKind};
 use cli::retention::{CleanupCommandArgs, MigrateArgs};
 
 #[global_allocator]

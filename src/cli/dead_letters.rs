@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use super::args::DbArgs;
-use super::commands::HandlerArgs;
+use super::handler::HandlerArgs;
 use super::retention::parse_retention;
 use batch_inbox::defaults;
 use batch_inbox::redrive::{ListFilter, Selection, DEFAULT_BATCH_SIZE};
@@ -118,7 +118,8 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::cli::commands::{Cli, Command, HandlerKind};
+    use crate::cli::commands::{Cli, Command};
+    use crate::cli::handler::HandlerKind;
 
     fn redrive(args: &[&str]) -> Result<RedriveArgs, clap::Error> {
         let all = ["batch-inbox", "dead-letters", "redrive"];

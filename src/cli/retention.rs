@@ -54,9 +54,9 @@ pub struct MigrateArgs {
         long = "handler",
         env = "BATCH_INBOX_HANDLER",
         value_enum,
-        default_value_t = super::commands::HandlerKind::Ledger
+        default_value_t = super::handler::HandlerKind::Ledger
     )]
-    pub handler: super::commands::HandlerKind,
+    pub handler: super::handler::HandlerKind,
     /// Lay the inbox out in daily partitions by UUIDv7 time (converts a plain inbox in place,
     /// keeping every row; stop the processors first).
     #[arg(long)]

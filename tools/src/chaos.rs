@@ -135,7 +135,7 @@ async fn prepare_database(url: &str) -> Result<(), ChaosError> {
 }
 
 fn start_cluster(args: &ChaosArgs, plan: &Plan) -> Result<Cluster, ChaosError> {
-    let bin = crate::cli::product_bin()?;
+    let bin = members::product_bin()?;
     let mut run: Vec<String> = [
         "run",
         "--brokers",

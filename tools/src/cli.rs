@@ -1,7 +1,5 @@
 //! The `batch-inbox-bench` command line: the tools' subcommands and their flags.
 
-use std::path::PathBuf;
-
 use crate::product_args::{DbArgs, KafkaArgs, PipelineArgs};
 use clap::{Args, Parser, Subcommand};
 
@@ -44,16 +42,6 @@ pub enum Command {
     Replay(crate::replay::Args),
     /// A TCP proxy that delays every byte in each direction (a remote database for the load test).
     DelayProxy(crate::delay_proxy::DelayProxyArgs),
-}
-
-/// The `batch-inbox` binary: `BATCH_INBOX_BIN`, else the one beside this executable (cargo
-/// builds both into the same directory).
-pub fn product_bin() -> std::io::Result<PathBuf> {
-    if let Some(bin) = std::env::var_os("BATCH_INBOX_BIN") {
-        return Ok(bin.into());
-    }
-    let me = std::env::current_exe()?;
-    Ok(me.with_file_name("batch-inbox"))
 }
 
 /// `summary` flags.
@@ -166,12 +154,6 @@ pub struct DemoArgs {
     /// Partitions of the demo topic.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
-}
-
-/// The parser of a flag that takes one of a product setting's names (`--mode per-message`).
-pub fn named<T: batch_inbox::Named + Clone>() -> impl clap::builder::TypedValueParser<Value = T> {
-    use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(T::NAMES).try_map(|s| s.parse::<T>())
 }
 
 fn parse_id_version(s: &str) -> Result<u8, String> {

@@ -80,7 +80,7 @@ pub struct Args {
     pub batch_size: usize,
     /// Transaction grouping: `batched` (the product) or `per-message` (the baseline: one
     /// transaction per record, `Inbox::apply_one`; the batch size is then 1).
-    #[arg(long, value_parser = crate::cli::named::<Mode>(), default_value_t = Mode::Batched)]
+    #[arg(long, value_parser = crate::product_args::named::<Mode>(), default_value_t = Mode::Batched)]
     pub mode: Mode,
     /// Database connections shared by the partitions.
     #[arg(long, default_value_t = 8)]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::cli::handler::HandlerKind;
 use batch_inbox::Mode;
 
 fn parse(args: &[&str]) -> Result<Cli, clap::Error> {

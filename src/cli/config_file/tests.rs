@@ -120,7 +120,7 @@ fn the_dead_letter_commands_refuse_a_config_file() {
 /// handler too, and `apply-sql`, a flag of `run` alone, is ignored by `migrate`.
 #[test]
 fn the_files_handler_is_migrates_handler_too() {
-    use crate::cli::commands::HandlerKind;
+    use crate::cli::handler::HandlerKind;
     let path = write("handler", "handler = \"sql\"\napply-sql = \"app.sql\"\n");
     let path = path.to_str().unwrap();
     let loaded = load(["batch-inbox", "migrate", "--config", path]).unwrap();

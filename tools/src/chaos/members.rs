@@ -306,3 +306,13 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// The `batch-inbox` binary: `BATCH_INBOX_BIN`, else the one beside this executable (cargo
+/// builds both into the same directory).
+pub(crate) fn product_bin() -> std::io::Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("BATCH_INBOX_BIN") {
+        return Ok(bin.into());
+    }
+    let me = std::env::current_exe()?;
+    Ok(me.with_file_name("batch-inbox"))
+}
