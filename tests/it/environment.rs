@@ -9,7 +9,7 @@ use crate::common::broker::Broker;
 use crate::common::child::Running;
 use crate::common::http;
 use crate::common::raw_producer::RawRecord;
-use crate::sql_handler::{count, produce, record};
+use crate::sql_handler::{count, produce, record, spawn_sql};
 use crate::stalls::wait_until_committed;
 use std::time::Duration;
 
@@ -128,33 +128,13 @@ async fn a_cached_plan_whose_result_changed_is_prepared_again() {
     )
     .unwrap();
     let topic = broker.topic("cached-plan");
-    let group = Broker::group(&topic, "g");
     let records = |from: u32| -> Vec<RawRecord> {
         (from..from + 50)
             .map(|n| record(0, n, None, &format!(r#"{{"n": {n}}}"#)))
             .collect()
     };
     produce(&broker, &topic, 1, &records(1)).await;
-    let args = [
-        "run",
-        "--database-url",
-        &url,
-        "--brokers",
-        &broker.addr,
-        "--topic",
-        &topic,
-        "--group",
-        &group,
-        "--handler",
-        "sql",
-        "--apply-sql",
-        sql.to_str().unwrap(),
-        "--batch-size",
-        "10",
-        "--log-interval",
-        "0",
-    ];
-    let run = Running::spawn(&args, &[("RUST_LOG", "warn")]);
+    let run = spawn_sql(&url, &broker, &topic, "g", &sql, &["--batch-size", "10"]);
     let applied = |n: i64| {
         let pool = pool.clone();
         async move { (count(&pool, "SELECT count(*) FROM inbox").await == n).then_some(()) }

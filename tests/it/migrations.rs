@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::common::child::{Finished, Running};
-use crate::common::{db_name, db_url, uuid, Kafka};
+use crate::common::{empty_db, uuid, Kafka};
 use batch_inbox::{db, ledger};
 use deadpool_postgres::Pool;
 
@@ -14,22 +14,6 @@ mod before_owners;
 
 /// A row of `schema_migrations`: owner, version, name, applied_at.
 pub(crate) type Recorded = (String, i32, String, SystemTime);
-
-/// Drops and creates database `<prefix><name>` without migrating it; returns its URL and a pool.
-pub(crate) async fn empty_db(name: &str) -> (String, Pool) {
-    let db = db_name(name);
-    let admin = db::connect(&db_url("postgres"), 1).await.unwrap();
-    let c = admin.get().await.unwrap();
-    c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
-        .await
-        .unwrap();
-    c.batch_execute(&format!("CREATE DATABASE {db}"))
-        .await
-        .unwrap();
-    let url = db_url(&db);
-    let pool = db::connect(&url, 8).await.unwrap();
-    (url, pool)
-}
 
 /// Every row of `schema_migrations`, by owner and version.
 pub(crate) async fn recorded(pool: &Pool) -> Vec<Recorded> {

@@ -61,8 +61,34 @@ pub(crate) async fn produce(broker: &Broker, topic: &str, partitions: i32, recor
     producer.flush();
 }
 
-/// `batch-inbox run --handler sql --apply-sql sql --exit-on-eof` over `topic` for `group`;
-/// waits at most 120 s.
+/// `batch-inbox run --handler sql --apply-sql sql` over `topic` for `group` (made the topic's
+/// own, [`Broker::group`]) with `extra` flags, no summary lines, warnings logged; runs until
+/// stopped.
+pub(crate) fn spawn_sql(
+    url: &str,
+    broker: &Broker,
+    topic: &str,
+    group: &str,
+    sql: &Path,
+    extra: &[&str],
+) -> Running {
+    let sql = sql.to_str().unwrap();
+    let group = Broker::group(topic, group);
+    let mut args = vec!["run", "--database-url", url, "--brokers", &broker.addr];
+    args.extend(["--topic", topic, "--group", &group]);
+    args.extend([
+        "--handler",
+        "sql",
+        "--apply-sql",
+        sql,
+        "--log-interval",
+        "0",
+    ]);
+    args.extend(extra);
+    Running::spawn(&args, &[("RUST_LOG", "warn")])
+}
+
+/// [`spawn_sql`] with `--exit-on-eof` and a 200 ms linger; waits at most 120 s.
 pub(crate) async fn run_sql(
     url: &str,
     broker: &Broker,
@@ -71,14 +97,9 @@ pub(crate) async fn run_sql(
     sql: &Path,
     extra: &[&str],
 ) -> Finished {
-    let sql = sql.to_str().unwrap();
-    let group = Broker::group(topic, group);
-    let mut args = vec!["run", "--database-url", url, "--brokers", &broker.addr];
-    args.extend(["--topic", topic, "--group", &group, "--exit-on-eof"]);
-    args.extend(["--handler", "sql", "--apply-sql", sql]);
-    args.extend(["--batch-linger-ms", "200", "--log-interval", "0"]);
-    args.extend(extra);
-    Running::spawn(&args, &[("RUST_LOG", "warn")])
+    let mut flags = vec!["--exit-on-eof", "--batch-linger-ms", "200"];
+    flags.extend(extra);
+    spawn_sql(url, broker, topic, group, sql, &flags)
         .wait(Duration::from_secs(120))
         .await
 }

@@ -58,6 +58,13 @@ pub async fn fresh_db(name: &str) -> (String, Pool) {
 /// [`fresh_db`] with the core's tables alone, as `migrate --handler sql` leaves a SQL handler's
 /// database: no `balances`.
 pub async fn fresh_core_db(name: &str) -> (String, Pool) {
+    let (url, pool) = empty_db(name).await;
+    db::migrate(&pool).await.unwrap();
+    (url, pool)
+}
+
+/// Drops and creates database `<prefix><name>`, with no table; returns its URL and a pool.
+pub async fn empty_db(name: &str) -> (String, Pool) {
     let db = db_name(name);
     let admin = db::connect(&db_url("postgres"), 1)
         .await
@@ -71,7 +78,6 @@ pub async fn fresh_core_db(name: &str) -> (String, Pool) {
         .unwrap();
     let url = db_url(&db);
     let pool = db::connect(&url, 8).await.unwrap();
-    db::migrate(&pool).await.unwrap();
     (url, pool)
 }
 

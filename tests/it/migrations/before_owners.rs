@@ -5,7 +5,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{binary, empty_db, latest, migrate_at_once, recorded, relations, versions, Recorded};
+use super::{binary, latest, migrate_at_once, recorded, relations, versions, Recorded};
+use crate::common::empty_db;
 use batch_inbox::{db, ledger, DbError};
 use deadpool_postgres::Pool;
 

@@ -74,27 +74,14 @@ async fn a_rejection_row_naming_a_foreign_id_stalls_until_the_statement_is_fixed
     std::fs::write(&bad_file, BY_VALUE).unwrap();
     std::fs::write(&fixed_file, BY_VALUE_FIXED).unwrap();
 
-    let group = Broker::group(&topic, "g");
-    let args = [
-        "run",
-        "--database-url",
+    let running = spawn_sql(
         &url,
-        "--brokers",
-        &broker.addr,
-        "--topic",
+        &broker,
         &topic,
-        "--group",
-        &group,
-        "--handler",
-        "sql",
-        "--apply-sql",
-        bad_file.to_str().unwrap(),
-        "--batch-size",
-        "6",
-        "--log-interval",
-        "0",
-    ];
-    let running = Running::spawn(&args, &[("RUST_LOG", "warn")]);
+        "g",
+        &bad_file,
+        &["--batch-size", "6"],
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     while !running.stderr_lines().iter().any(|l| {
         l.contains("partition stalled, not the message's fault")
