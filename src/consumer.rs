@@ -294,7 +294,7 @@ impl OffsetSink for KafkaOffsets {
 /// A subscribed group member. Drop it to leave the group.
 pub(crate) struct GroupMember {
     consumer: Arc<KafkaConsumer>,
-    topic: Arc<str>,
+    topics: Arc<[Arc<str>]>,
 }
 
 impl GroupMember {
@@ -324,10 +324,15 @@ impl GroupMember {
         if let Some(hook) = on_assign {
             let _ = consumer.context().on_assign.set(hook);
         }
-        consumer.subscribe(&[&settings.topic])?;
+        let names: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&names)?;
         Ok(Self {
             consumer,
-            topic: Arc::from(settings.topic.as_str()),
+            topics: settings
+                .topics
+                .iter()
+                .map(|t| Arc::from(t.as_str()))
+                .collect(),
         })
     }
 
@@ -363,7 +368,7 @@ impl GroupMember {
                 _ = check.tick() => {
                     if let Some(drain) = drain.as_mut() {
                         if self.consumer.context().local_at_eof() {
-                            drain.start(&self.consumer, &self.topic);
+                            drain.start(&self.consumer, &self.topics);
                         }
                     }
                 }

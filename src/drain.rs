@@ -22,17 +22,19 @@ use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::task::JoinHandle;
 
-/// The group's positions kept outside Kafka (offsets in the database), by partition: the next
-/// offset to read.
+/// The group's positions kept outside Kafka (offsets in the database) of one topic, by
+/// partition: the next offset to read.
 pub(crate) type StoredPositions =
-    Arc<dyn Fn() -> BoxFuture<'static, Result<HashMap<i32, i64>, String>> + Send + Sync>;
+    Arc<dyn Fn(Arc<str>) -> BoxFuture<'static, Result<HashMap<i32, i64>, String>> + Send + Sync>;
 
 /// Longest wait for one broker request of the check.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where one partition stands for the group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PartitionEnd {
+    /// The topic.
+    pub topic: Arc<str>,
     /// The partition.
     pub partition: i32,
     /// The group's committed offset (`None`: the group never committed one).
@@ -54,7 +56,8 @@ impl PartitionEnd {
     }
 }
 
-/// Raises each partition's committed offset to its stored position, when that is ahead.
+/// Raises each partition's committed offset to its stored position, when that is ahead (`ends`
+/// and `stored` of one topic).
 pub(crate) fn merge_stored(ends: &mut [PartitionEnd], stored: &HashMap<i32, i64>) {
     for end in ends {
         if let Some(&next) = stored.get(&end.partition) {
@@ -63,18 +66,31 @@ pub(crate) fn merge_stored(ends: &mut [PartitionEnd], stored: &HashMap<i32, i64>
     }
 }
 
-/// The partitions not yet done, as `p<partition>: <committed>/<end>` for a log line; empty when the
-/// whole topic is done. An empty topic description (no partition known) is not done.
-pub(crate) fn pending(ends: &[PartitionEnd]) -> Option<Vec<String>> {
-    if ends.is_empty() {
-        return Some(vec!["no partition known yet".to_owned()]);
+/// The partitions not yet done, as `p<partition>: <committed>/<end>` for a log line (with
+/// `<topic>/` in front when there are several topics); empty when every topic is done. A topic
+/// without any partition known is not done.
+pub(crate) fn pending(topics: &[Arc<str>], ends: &[PartitionEnd]) -> Option<Vec<String>> {
+    let unknown: Vec<String> = topics
+        .iter()
+        .filter(|t| !ends.iter().any(|e| e.topic == **t))
+        .map(|t| match topics.len() {
+            1 => "no partition known yet".to_owned(),
+            _ => format!("{t}: no partition known yet"),
+        })
+        .collect();
+    if !unknown.is_empty() {
+        return Some(unknown);
     }
+    let prefix = |e: &PartitionEnd| match topics.len() {
+        1 => String::new(),
+        _ => format!("{}/", e.topic),
+    };
     let left: Vec<String> = ends
         .iter()
         .filter(|e| !e.is_done())
         .map(|e| match e.committed {
-            Some(c) => format!("p{}: {c}/{}", e.partition, e.high),
-            None => format!("p{}: none/{}", e.partition, e.high),
+            Some(c) => format!("{}p{}: {c}/{}", prefix(e), e.partition, e.high),
+            None => format!("{}p{}: none/{}", prefix(e), e.partition, e.high),
         })
         .collect();
     (!left.is_empty()).then_some(left)
@@ -107,6 +123,7 @@ pub(crate) fn partition_ends<C: Consumer<X>, X: ConsumerContext>(
         };
         let (low, high) = consumer.fetch_watermarks(topic, partition, REQUEST_TIMEOUT)?;
         ends.push(PartitionEnd {
+            topic: Arc::from(topic),
             partition,
             committed,
             low,
@@ -116,11 +133,26 @@ pub(crate) fn partition_ends<C: Consumer<X>, X: ConsumerContext>(
     Ok(ends)
 }
 
+/// [`partition_ends`] of every topic of `topics`, in order.
+fn all_ends<C: Consumer<X>, X: ConsumerContext>(
+    consumer: &C,
+    topics: &[Arc<str>],
+) -> KafkaResult<Vec<PartitionEnd>> {
+    let mut ends = Vec::new();
+    for topic in topics {
+        ends.extend(partition_ends(consumer, topic)?);
+    }
+    Ok(ends)
+}
+
+/// What one check found: the topics checked and every partition's end.
+type CheckResult = Result<(Arc<[Arc<str>]>, Vec<PartitionEnd>), String>;
+
 /// The group-wide end-of-topic check, run at most every 250 ms while this member's
 /// partitions are at their end; the broker requests run off the async threads.
 pub(crate) struct DrainWatch {
     stored: Option<StoredPositions>,
-    running: Option<JoinHandle<Result<Vec<PartitionEnd>, String>>>,
+    running: Option<JoinHandle<CheckResult>>,
     last_start: Option<tokio::time::Instant>,
     last_pending: Option<Vec<String>>,
 }
@@ -138,8 +170,8 @@ impl DrainWatch {
         }
     }
 
-    /// Starts a check of `topic` through `consumer`, unless one runs or ran a moment ago.
-    pub(crate) fn start<C, X>(&mut self, consumer: &Arc<C>, topic: &Arc<str>)
+    /// Starts a check of `topics` through `consumer`, unless one runs or ran a moment ago.
+    pub(crate) fn start<C, X>(&mut self, consumer: &Arc<C>, topics: &Arc<[Arc<str>]>)
     where
         C: Consumer<X> + Send + Sync + 'static,
         X: ConsumerContext + 'static,
@@ -149,8 +181,10 @@ impl DrainWatch {
             return;
         }
         self.last_start = Some(now);
-        let (consumer, topic, stored) = (consumer.clone(), topic.clone(), self.stored.clone());
+        let (consumer, stored) = (consumer.clone(), self.stored.clone());
+        let topics = topics.clone();
         self.running = Some(tokio::spawn(async move {
+            let names = topics.clone();
             let kafka = tokio::task::spawn_blocking(move || {
                 // This member's own drained partitions count at once, not at the next
                 // auto-commit. Nothing stored since the last commit is not a failure.
@@ -158,19 +192,24 @@ impl DrainWatch {
                     Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
                     Err(e) => tracing::debug!("offset commit before the drain check: {e}"),
                 }
-                partition_ends(consumer.as_ref(), &topic)
+                all_ends(consumer.as_ref(), &names)
             });
             let mut ends = kafka
                 .await
                 .map_err(|e| format!("the check failed: {e}"))?
                 .map_err(|e| format!("cannot read the group's offsets: {e}"))?;
             if let Some(stored) = stored {
-                let positions = stored()
-                    .await
-                    .map_err(|e| format!("cannot read the group's offsets in the database: {e}"))?;
-                merge_stored(&mut ends, &positions);
+                for topic in topics.iter() {
+                    let positions = stored(topic.clone()).await.map_err(|e| {
+                        format!("cannot read the group's offsets in the database: {e}")
+                    })?;
+                    let (mut of_topic, rest): (Vec<_>, Vec<_>) =
+                        ends.into_iter().partition(|e| e.topic == *topic);
+                    merge_stored(&mut of_topic, &positions);
+                    ends = rest.into_iter().chain(of_topic).collect();
+                }
             }
-            Ok(ends)
+            Ok((topics, ends))
         }));
     }
 
@@ -190,7 +229,7 @@ impl DrainWatch {
         let result = running.await;
         self.running = None;
         let pending = match result {
-            Ok(Ok(ends)) => pending(&ends),
+            Ok(Ok((topics, ends))) => pending(&topics, &ends),
             Ok(Err(e)) => Some(vec![e]),
             Err(e) => Some(vec![format!("the check failed: {e}")]),
         };
@@ -212,6 +251,7 @@ mod tests {
 
     fn end(partition: i32, committed: Option<i64>, low: i64, high: i64) -> PartitionEnd {
         PartitionEnd {
+            topic: Arc::from("t"),
             partition,
             committed,
             low,
@@ -232,12 +272,25 @@ mod tests {
     #[test]
     fn the_topic_is_done_only_when_every_partition_is() {
         let half = [end(0, Some(10), 0, 10), end(1, Some(3), 0, 8)];
-        assert_eq!(pending(&half), Some(vec!["p1: 3/8".to_owned()]));
+        let t: [Arc<str>; 1] = [Arc::from("t")];
+        assert_eq!(pending(&t, &half), Some(vec!["p1: 3/8".to_owned()]));
         let none = [end(0, Some(10), 0, 10), end(1, None, 0, 8)];
-        assert_eq!(pending(&none), Some(vec!["p1: none/8".to_owned()]));
+        assert_eq!(pending(&t, &none), Some(vec!["p1: none/8".to_owned()]));
         let all = [end(0, Some(10), 0, 10), end(1, Some(8), 0, 8)];
-        assert_eq!(pending(&all), None);
-        assert!(pending(&[]).is_some(), "no metadata is not done");
+        assert_eq!(pending(&t, &all), None);
+        assert!(pending(&t, &[]).is_some(), "no metadata is not done");
+        let two: [Arc<str>; 2] = [Arc::from("t"), Arc::from("u")];
+        assert_eq!(
+            pending(&two, &all),
+            Some(vec!["u: no partition known yet".to_owned()]),
+            "every topic counts"
+        );
+        let mut both = all.to_vec();
+        both.push(PartitionEnd {
+            topic: Arc::from("u"),
+            ..end(0, Some(1), 0, 2)
+        });
+        assert_eq!(pending(&two, &both), Some(vec!["u/p0: 1/2".to_owned()]));
     }
 
     #[test]
@@ -249,10 +302,10 @@ mod tests {
         ];
         merge_stored(&mut ends, &HashMap::from([(0, 10), (1, 8), (2, 3)]));
         assert_eq!(
-            ends.map(|e| e.committed),
+            ends.clone().map(|e| e.committed),
             [Some(10), Some(8), Some(9)],
             "the larger of the two, per partition"
         );
-        assert_eq!(pending(&ends), None);
+        assert_eq!(pending(&[Arc::from("t")], &ends), None);
     }
 }

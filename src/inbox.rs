@@ -24,7 +24,9 @@ use crate::dead_letter::RowForm;
 pub use crate::dead_letter::MAX_DETAIL_BYTES;
 use crate::error::InboxError;
 use crate::handler::Handler;
-use crate::message::{decode_batch, reject_outside_window, Decoded, RawMessage};
+use crate::message::{
+    decode_batch_with, reject_outside_window, Decoded, Decoding, IdRules, RawMessage,
+};
 use crate::offset_table::OffsetTarget;
 pub use crate::outcome::{StageTimings, TxOutcome};
 pub use crate::reason::ReasonCounts;
@@ -58,7 +60,7 @@ crate::names::named!(Mode { Batched = "batched", PerMessage = "per-message" });
 pub struct Inbox<H: Handler> {
     pool: Pool,
     handler: Arc<H>,
-    id_header: Arc<str>,
+    decoding: Arc<Decoding>,
     offsets_group: Option<Arc<str>>,
     unsafe_controls: UnsafeControls,
     dedup_window: Option<Duration>,
@@ -99,17 +101,31 @@ impl<H: Handler> Inbox<H> {
         }
     }
 
-    /// An inbox over `pool`, reading ids from header `id_header`.
+    /// An inbox over `pool`, reading UUID ids from header `id_header` (see
+    /// [`Inbox::with_decoding`] for other rules).
     pub fn new(pool: Pool, handler: Arc<H>, id_header: impl Into<Arc<str>>) -> Self {
+        let header: Arc<str> = id_header.into();
         Self {
             pool,
             handler,
-            id_header: id_header.into(),
+            decoding: Arc::new(Decoding::with_ids(IdRules::header(&*header))),
             offsets_group: None,
             unsafe_controls: UnsafeControls::default(),
             dedup_window: None,
             deadline: None,
         }
+    }
+
+    /// Decodes records under `decoding`: where ids come from, which are accepted, what
+    /// tombstones and values are.
+    pub fn with_decoding(mut self, decoding: Decoding) -> Self {
+        self.decoding = Arc::new(decoding);
+        self
+    }
+
+    /// The rules records are decoded under.
+    pub fn decoding(&self) -> &Decoding {
+        &self.decoding
     }
 
     /// Also records each partition's next offset for consumer group `group` in
@@ -150,7 +166,7 @@ impl<H: Handler> Inbox<H> {
     /// Splits a batch into handler messages and dead letters. Done once per batch, before any
     /// attempt, so retries reuse it.
     pub fn decode(&self, batch: Vec<RawMessage>) -> Decoded<H::Payload> {
-        let mut decoded = decode_batch(batch, &self.id_header);
+        let mut decoded = decode_batch_with(batch, &self.decoding);
         if let Some(window) = self.dedup_window {
             let now = std::time::SystemTime::now();
             let oldest = crate::days::before(now, window);

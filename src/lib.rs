@@ -162,7 +162,7 @@ pub use message::{Decode, Header, Message, RawMessage};
 pub use names::{parse_interval, Named, UnknownName, MAX_INTERVAL};
 pub use processor::{run, run_with_stats, ProcessorConfig};
 pub use reason::{InvalidReason, Reason, RejectReason};
-pub use sql_handler::{JsonPayload, SqlError, SqlFileError, SqlHandler};
+pub use sql_handler::{JsonPayload, RouteError, SqlError, SqlFileError, SqlHandler, SqlStatement};
 pub use stats::{Stats, StatsSnapshot};
 pub use unsafe_controls::UnsafeControls;
 pub use worker::{RetryPolicy, WorkerSettings};

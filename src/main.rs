@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use batch_inbox::stats_file::RunSettings;
 use batch_inbox::Stats;
-use batch_inbox::{db, ledger, ledger::Ledger, redrive, retention, DbError, Handler, SqlHandler};
+use batch_inbox::{
+    db, ledger, ledger::Ledger, redrive, retention, DbError, Handler, SqlHandler, SqlStatement,
+};
 use clap::ValueEnum;
 use tokio_util::sync::CancellationToken;
 
@@ -13,7 +15,7 @@ mod cli;
 use cli::commands::{Command, RunArgs};
 use cli::config_file::{self, ConfigError, Source};
 use cli::dead_letters::{DeadLettersCommand, ListArgs, RedriveArgs};
-use cli::handler::{HandlerArgs, HandlerKind};
+use cli::handler::{ApplySql, HandlerArgs, HandlerKind};
 use cli::retention::{CleanupCommandArgs, MigrateArgs};
 
 #[global_allocator]
@@ -284,31 +286,48 @@ fn migrate_command(handler: HandlerKind) -> &'static str {
     }
 }
 
-/// The SQL handler of `--handler sql`, prepared (`None`: the ledger).
+/// The SQL handler of `--handler sql`, its statements prepared (`None`: the ledger).
 async fn sql_handler(
     pool: &deadpool_postgres::Pool,
     args: &HandlerArgs,
 ) -> anyhow::Result<Option<SqlHandler>> {
-    match (args.kind, &args.apply_sql) {
-        (HandlerKind::Sql, Some(path)) => Ok(Some(prepare_sql(pool, path).await?)),
-        _ => Ok(None),
+    if args.kind != HandlerKind::Sql {
+        return Ok(None);
     }
+    let mut by_topic = Vec::new();
+    let mut fallback = None;
+    for apply in &args.apply_sql {
+        let statement = prepare_sql(pool, apply).await?;
+        match &apply.topic {
+            Some(topic) => by_topic.push((topic.clone(), statement)),
+            None => fallback = Some(statement),
+        }
+    }
+    Ok(Some(SqlHandler::routed(by_topic, fallback)))
 }
 
-/// Reads and prepares the statement of `--apply-sql` (one line of error when it cannot run).
+/// Reads and prepares the statement of one `--apply-sql` (one line of error when it cannot run).
 async fn prepare_sql(
     pool: &deadpool_postgres::Pool,
-    path: &std::path::Path,
-) -> anyhow::Result<SqlHandler> {
-    let handler = SqlHandler::from_file(pool, path)
+    apply: &ApplySql,
+) -> anyhow::Result<SqlStatement> {
+    let path = &apply.path;
+    let statement = SqlStatement::from_file(pool, path)
         .await
         .map_err(|e| anyhow::anyhow!("--apply-sql {e}"))?;
-    let result = match handler.returns_rejections() {
+    let result = match statement.returns_rejections() {
         true => "rows with message_id and reason are rejections",
         false => "its result rows are ignored",
     };
-    tracing::info!("SQL handler: {} prepared; {result}", path.display());
-    Ok(handler)
+    let serves = match &apply.topic {
+        Some(topic) => format!("topic {topic}"),
+        None => "every topic without a statement of its own".to_owned(),
+    };
+    tracing::info!(
+        "SQL handler: {} prepared for {serves}; {result}",
+        path.display()
+    );
+    Ok(statement)
 }
 
 /// Runs the processor with `handler`, with the operations listener and the summary lines beside

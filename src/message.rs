@@ -17,9 +17,12 @@ use uuid::Uuid;
 use crate::reason::Reason;
 
 mod id;
+pub mod key;
+mod rules;
 
 pub(crate) use id::clean_text;
 pub use id::{decode_id, id_text, parse_id, MAX_ID_TEXT_BYTES};
+pub use rules::{Decoding, IdFormat, IdRules, IdSource, Tombstones, ValueFormat, MAX_ANY_ID_BYTES};
 
 /// One Kafka header: a name and an optional value, both bytes as received.
 ///
@@ -101,7 +104,8 @@ impl RawMessage {
 /// A message whose id and payload decoded: what the handler sees.
 #[derive(Debug, Clone)]
 pub struct Message<P> {
-    /// The message id from the id header.
+    /// The message's inbox key: its id when that is a UUID, else the key derived from its id or
+    /// position ([`IdRules`], module [`key`]).
     pub id: Uuid,
     /// The decoded business payload.
     pub payload: P,
@@ -113,6 +117,20 @@ pub struct Message<P> {
 pub trait Decode: Sized {
     /// Decodes the payload, or says why it is not acceptable (the dead-letter reason and detail).
     fn decode(raw: &RawMessage) -> Result<Self, (Reason, String)>;
+
+    /// Decodes the payload under `decoding`'s rules. The default dead-letters a tombstone (a
+    /// record with no value) when [`Decoding::tombstones`] says so, and calls
+    /// [`Decode::decode`] for everything else; a payload type that reads tombstones or other
+    /// value formats overrides it.
+    fn decode_with(raw: &RawMessage, decoding: &Decoding) -> Result<Self, (Reason, String)> {
+        if raw.payload.is_none() && decoding.tombstones == Tombstones::DeadLetter {
+            return Err((
+                Reason::EmptyPayload,
+                "the record has no value (a tombstone)".to_owned(),
+            ));
+        }
+        Self::decode(raw)
+    }
 }
 
 /// A message that is recorded instead of applied.
@@ -120,8 +138,8 @@ pub trait Decode: Sized {
 pub struct DeadLetter {
     /// The record as delivered.
     pub raw: Arc<RawMessage>,
-    /// The id as text: the UUID when it parsed, else the id header's value when it is clean
-    /// text (see [`id_text`]; it may not be a valid UUID).
+    /// The id as text: the inbox key when the id decoded, else the id as received when it is
+    /// clean text (see [`id_text`]; it may not be a valid UUID).
     pub message_id: Option<String>,
     /// Why it was not applied.
     pub reason: Reason,
@@ -155,21 +173,41 @@ pub struct Decoded<P> {
     pub dead_letters: Vec<DeadLetter>,
 }
 
-/// Decodes a whole batch: every record becomes either a [`Message`] or a [`DeadLetter`].
+/// Decodes a whole batch with UUID ids from header `id_header` ([`decode_batch_with`]).
 pub fn decode_batch<P: Decode>(batch: Vec<RawMessage>, id_header: &str) -> Decoded<P> {
+    decode_batch_with(batch, &Decoding::with_ids(IdRules::header(id_header)))
+}
+
+/// Decodes a whole batch under `decoding`: every record becomes either a [`Message`] or a
+/// [`DeadLetter`].
+pub fn decode_batch_with<P: Decode>(batch: Vec<RawMessage>, decoding: &Decoding) -> Decoded<P> {
     let mut messages = Vec::with_capacity(batch.len());
     let mut dead_letters = Vec::new();
     for raw in batch {
         let raw = Arc::new(raw);
-        let decoded =
-            decode_id(&raw, id_header).and_then(|id| P::decode(&raw).map(|payload| (id, payload)));
+        let id = decoding.key(&raw);
+        // A tombstone to dead-letter is one whatever its id.
+        let decoded = match raw.payload.is_none() && decoding.tombstones == Tombstones::DeadLetter {
+            true => Err((
+                Reason::EmptyPayload,
+                "the record has no value (a tombstone)".to_owned(),
+            )),
+            false => id
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|id| P::decode_with(&raw, decoding).map(|payload| (*id, payload))),
+        };
         match decoded {
             Ok((id, payload)) => messages.push(Message { id, payload, raw }),
             Err((reason, detail)) => {
-                let id_text = raw
-                    .header(id_header)
-                    .and_then(|v| id_text(v))
-                    .map(str::to_owned);
+                let id_text = match id {
+                    Ok(key) => Some(key.to_string()),
+                    Err(_) => decoding
+                        .ids
+                        .original(&raw)
+                        .and_then(id_text)
+                        .map(str::to_owned),
+                };
                 dead_letters.push(DeadLetter::new(raw, id_text, reason, detail));
             }
         }

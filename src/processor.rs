@@ -18,6 +18,7 @@ use crate::drain::{DrainWatch, StoredPositions};
 use crate::error::RunError;
 use crate::handler::Handler;
 use crate::inbox::Inbox;
+use crate::message::Decoding;
 use crate::resume;
 use crate::stats::Stats;
 use crate::worker::{PartitionWorker, WorkerSettings};
@@ -30,8 +31,9 @@ pub struct ProcessorConfig {
     pub kafka: KafkaSettings,
     /// Batching, mode and retries.
     pub worker: WorkerSettings,
-    /// Header carrying the message id.
-    pub id_header: String,
+    /// How records are decoded: where ids come from (by default the UUID of header `id`),
+    /// which are accepted, what tombstones and values are.
+    pub decoding: Decoding,
     /// Return once every partition of the topic is committed to its end by the group (this
     /// member's and the others'; see module `drain`).
     pub exit_on_eof: bool,
@@ -57,7 +59,7 @@ impl ProcessorConfig {
         Self {
             kafka,
             worker: WorkerSettings::default(),
-            id_header: defaults::ID_HEADER.to_owned(),
+            decoding: Decoding::default(),
             exit_on_eof: false,
             revoke_timeout: defaults::REVOKE_TIMEOUT,
             offsets_in_db: defaults::OFFSETS_IN_DB,
@@ -74,7 +76,7 @@ impl ProcessorConfig {
     }
 }
 
-/// Consumes `config.kafka.topic` and applies it with `handler` until `shutdown` resolves (or,
+/// Consumes `config.kafka.topics` and applies them with `handler` until `shutdown` resolves (or,
 /// with `exit_on_eof`, the topic is drained). Returns the totals.
 pub async fn run<H: Handler>(
     config: ProcessorConfig,
@@ -102,7 +104,8 @@ pub async fn run_with_stats<H: Handler>(
         .telemetry
         .set_unsafe_mode(&config.worker.unsafe_controls.switches());
     let inbox = Arc::new(
-        Inbox::new(pool.clone(), handler, config.id_header.as_str())
+        Inbox::new(pool.clone(), handler, config.decoding.ids.header.as_str())
+            .with_decoding(config.decoding.clone())
             .with_unsafe_controls(config.worker.unsafe_controls)
             .with_offsets_in_db(config.offsets_in_db.then_some(config.kafka.group.as_str()))
             .with_dedup_window(config.dedup_window)
@@ -136,12 +139,9 @@ pub async fn run_with_stats<H: Handler>(
 
 /// The group's offsets in the database, for the `--exit-on-eof` check.
 fn stored_positions(pool: Pool, kafka: &KafkaSettings) -> StoredPositions {
-    let (group, topic): (Arc<str>, Arc<str>) = (
-        Arc::from(kafka.group.as_str()),
-        Arc::from(kafka.topic.as_str()),
-    );
-    Arc::new(move || {
-        let (pool, group, topic) = (pool.clone(), group.clone(), topic.clone());
+    let group: Arc<str> = Arc::from(kafka.group.as_str());
+    Arc::new(move |topic: Arc<str>| {
+        let (pool, group) = (pool.clone(), group.clone());
         Box::pin(async move {
             crate::offset_table::read_topic(&pool, &group, &topic)
                 .await

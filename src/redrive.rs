@@ -33,6 +33,7 @@ pub use crate::dead_letter::stored::table;
 pub use crate::dead_letter::{Listed, Position};
 use crate::error::{chain, Fault, InboxError};
 use crate::handler::Handler;
+use crate::message::{Decoding, IdRules};
 use crate::reason::Reason;
 use crate::sql::redrive::{LIST, PREVIEW_PARKED};
 
@@ -64,20 +65,21 @@ pub struct Selection {
     pub topic: Option<String>,
     /// Only these ids, as stored in `message_id` (any text, not only UUIDs); empty: any.
     pub ids: Vec<String>,
-    /// The header that carries the message id (as for `run`).
-    pub id_header: String,
+    /// How the records are decoded: their ids, tombstones and values (as for `run`).
+    pub decoding: Decoding,
     /// Dead letters per transaction.
     pub batch_size: NonZeroUsize,
 }
 
 impl Selection {
-    /// Every parked dead letter but [`NOT_BY_DEFAULT`]'s, ids read from header `id_header`.
+    /// Every parked dead letter but [`NOT_BY_DEFAULT`]'s, UUID ids read from header
+    /// `id_header` (set [`Selection::decoding`] for other rules).
     pub fn new(id_header: impl Into<String>) -> Self {
         Self {
             reasons: Vec::new(),
             topic: None,
             ids: Vec::new(),
-            id_header: id_header.into(),
+            decoding: Decoding::with_ids(IdRules::header(id_header)),
             batch_size: NonZeroUsize::new(DEFAULT_BATCH_SIZE).expect("500 is not zero"),
         }
     }
@@ -213,7 +215,7 @@ pub async fn redrive<H: Handler>(
             selection,
             after: after.as_ref(),
         };
-        match attempt(pool, handler, &selection.id_header, lock).await {
+        match attempt(pool, handler, &selection.decoding, lock).await {
             Ok(done) if done.positions.is_empty() => return Ok(report),
             Ok(done) => {
                 report.add(&done.report);
@@ -224,7 +226,7 @@ pub async fn redrive<H: Handler>(
                 one_by_one(
                     pool,
                     handler,
-                    &selection.id_header,
+                    &selection.decoding,
                     &f.positions,
                     &mut report,
                 )
@@ -241,12 +243,12 @@ pub async fn redrive<H: Handler>(
 async fn one_by_one<H: Handler>(
     pool: &Pool,
     handler: &H,
-    id_header: &str,
+    decoding: &Decoding,
     positions: &[Position],
     report: &mut RedriveReport,
 ) -> Result<(), RedriveError> {
     for position in positions {
-        match attempt(pool, handler, id_header, Lock::One(position)).await {
+        match attempt(pool, handler, decoding, Lock::One(position)).await {
             Ok(done) => report.add(&done.report),
             Err(f) if f.error.fault() == Fault::Message => {
                 let detail = chain(&f.error);
@@ -269,14 +271,14 @@ const ATTEMPTS: u32 = 5;
 async fn attempt<H: Handler>(
     pool: &Pool,
     handler: &H,
-    id_header: &str,
+    decoding: &Decoding,
     lock: Lock<'_>,
 ) -> Result<batch::Done, Failed> {
     let mut backoff = Duration::from_millis(100);
     let mut tries = 1;
     loop {
         let result = match pool.get().await {
-            Ok(mut client) => batch::run(&mut client, handler, id_header, lock).await,
+            Ok(mut client) => batch::run(&mut client, handler, decoding, lock).await,
             Err(e) => Err(Failed::new(e.into(), Vec::new())),
         };
         match result {

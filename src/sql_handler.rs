@@ -1,15 +1,18 @@
-//! The SQL handler: an exactly-once Kafka → PostgreSQL sink without Rust code. One SQL statement,
-//! read from a file once, runs once per batch inside the batch's transaction, after the dedup,
-//! with `$1` = the batch's new messages as a `jsonb` array in partition order (module `input`).
-//! Rows it returns with `message_id` and `reason` columns dead-letter those messages (module
-//! `rejections`). docs/SQL-HANDLER.md is the user's guide.
+//! The SQL handler: an exactly-once Kafka → PostgreSQL sink without Rust code. One SQL statement
+//! per topic (or one for every topic), read from a file once, runs once per batch inside the
+//! batch's transaction, after the dedup, with `$1` = the batch's new messages of that topic as a
+//! `jsonb` array in partition order (module `input`). Rows it returns with `message_id` and
+//! `reason` columns dead-letter those messages (module `rejections`). docs/SQL-HANDLER.md is the
+//! user's guide.
 //!
 //! Invariants: the statement is prepared and checked before anything is consumed
 //! ([`SqlHandler::prepare`]): it must prepare and take exactly one parameter, `$1 jsonb`. It runs
 //! as a prepared statement only, never with text put into it. Its errors are the handler's
 //! ([`HandlerError::Db`]): transient ones are retried, any other bisects the batch down to the
-//! message it fails on.
+//! message it fails on. A batch holds one partition's records, so one topic's; a re-drive's may
+//! hold several, and each topic's messages then go to that topic's statement, in order.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use deadpool_postgres::{GenericClient, Pool};
@@ -27,11 +30,34 @@ pub use input::JsonPayload;
 use input::{input_array, Jsonb};
 use rejections::{rejections, RejectionColumns};
 
-/// The handler that runs one SQL statement per batch (see the module documentation).
+/// One statement of the SQL handler, read, prepared and checked.
 #[derive(Debug, Clone)]
-pub struct SqlHandler {
+pub struct SqlStatement {
     sql: String,
     rejections: Option<RejectionColumns>,
+}
+
+/// The handler that runs one SQL statement per batch (see the module documentation): the
+/// statement of the batch's topic, or the one for every other topic.
+#[derive(Debug, Clone)]
+pub struct SqlHandler {
+    by_topic: HashMap<String, SqlStatement>,
+    fallback: Option<SqlStatement>,
+}
+
+/// A topic and the statements of a [`SqlHandler`] that do not fit together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// A consumed topic has no statement (and there is none for every topic).
+    #[error(
+        "topic {0:?} has no statement: give it one (--apply-sql {0}=FILE) or give one for every \
+         topic (--apply-sql FILE)"
+    )]
+    NoStatement(String),
+    /// A statement names a topic that is not consumed: a typo would leave it unused.
+    #[error("--apply-sql names topic {0:?}, which is not consumed (--topic)")]
+    NotConsumed(String),
 }
 
 /// Why a statement cannot be the SQL handler's.
@@ -68,8 +94,8 @@ pub struct SqlFileError {
     pub source: SqlError,
 }
 
-impl SqlHandler {
-    /// Reads the statement in `path` and prepares it ([`SqlHandler::prepare`]).
+impl SqlStatement {
+    /// Reads the statement in `path` and prepares it ([`SqlStatement::prepare`]).
     pub async fn from_file(pool: &Pool, path: &Path) -> Result<Self, SqlFileError> {
         let at = |source| SqlFileError {
             path: path.to_owned(),
@@ -102,19 +128,13 @@ impl SqlHandler {
     pub fn returns_rejections(&self) -> bool {
         self.rejections.is_some()
     }
-}
 
-impl Handler for SqlHandler {
-    type Payload = JsonPayload;
-
-    async fn handle(
+    /// Runs the statement on `messages` (one topic's, in order); rejections by index in them.
+    async fn run(
         &self,
         tx: &Transaction<'_>,
-        messages: &[Message<JsonPayload>],
+        messages: &[&Message<JsonPayload>],
     ) -> Result<Vec<Rejection>, HandlerError> {
-        if messages.is_empty() {
-            return Ok(Vec::new());
-        }
         let input = input_array(messages);
         let stmt = tx.prepare_cached(&self.sql).await?;
         let rows = tx.query(&stmt, &[&Jsonb(&input)]).await?;
@@ -125,6 +145,112 @@ impl Handler for SqlHandler {
             return Ok(Vec::new());
         };
         rejections(columns, &rows, messages).map_err(|e| HandlerError::Other(Box::new(e)))
+    }
+}
+
+impl SqlHandler {
+    /// Reads the statement in `path` and prepares it, for every topic
+    /// ([`SqlStatement::prepare`]).
+    pub async fn from_file(pool: &Pool, path: &Path) -> Result<Self, SqlFileError> {
+        SqlStatement::from_file(pool, path)
+            .await
+            .map(Self::every_topic)
+    }
+
+    /// Prepares `sql`, for every topic ([`SqlStatement::prepare`]).
+    pub async fn prepare(pool: &Pool, sql: String) -> Result<Self, SqlError> {
+        SqlStatement::prepare(pool, sql)
+            .await
+            .map(Self::every_topic)
+    }
+
+    /// One statement for every topic.
+    pub fn every_topic(statement: SqlStatement) -> Self {
+        Self::routed([], Some(statement))
+    }
+
+    /// A statement per topic of `by_topic`, and `fallback` for every other topic (`None`: a
+    /// record of another topic stalls its partition, [`SqlHandler::check_topics`] finds that
+    /// before anything is consumed). A topic named twice keeps its last statement.
+    pub fn routed(
+        by_topic: impl IntoIterator<Item = (String, SqlStatement)>,
+        fallback: Option<SqlStatement>,
+    ) -> Self {
+        Self {
+            by_topic: by_topic.into_iter().collect(),
+            fallback,
+        }
+    }
+
+    /// The statement that applies `topic`'s records.
+    pub fn statement_for(&self, topic: &str) -> Option<&SqlStatement> {
+        self.by_topic.get(topic).or(self.fallback.as_ref())
+    }
+
+    /// Fails unless every topic of `topics` has a statement and every topic named by a
+    /// statement is one of `topics`.
+    pub fn check_topics(&self, topics: &[String]) -> Result<(), RouteError> {
+        let mut named: Vec<&String> = self.by_topic.keys().collect();
+        named.sort();
+        if let Some(t) = named.into_iter().find(|t| !topics.contains(t)) {
+            return Err(RouteError::NotConsumed(t.clone()));
+        }
+        match topics.iter().find(|t| self.statement_for(t).is_none()) {
+            Some(t) => Err(RouteError::NoStatement(t.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a statement's result names rejections (`message_id` and `reason` columns).
+    pub fn returns_rejections(&self) -> bool {
+        self.fallback
+            .iter()
+            .chain(self.by_topic.values())
+            .any(SqlStatement::returns_rejections)
+    }
+}
+
+impl Handler for SqlHandler {
+    type Payload = JsonPayload;
+
+    async fn handle(
+        &self,
+        tx: &Transaction<'_>,
+        messages: &[Message<JsonPayload>],
+    ) -> Result<Vec<Rejection>, HandlerError> {
+        let Some(first) = messages.first() else {
+            return Ok(Vec::new());
+        };
+        // One topic (every batch of a partition): the statement sees the whole slice.
+        if messages.iter().all(|m| m.raw.topic == first.raw.topic) {
+            let all: Vec<&Message<JsonPayload>> = messages.iter().collect();
+            return self.statement(&first.raw.topic)?.run(tx, &all).await;
+        }
+        // Several (a re-drive): each topic's messages, in order, to its statement.
+        let mut topics: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            match topics.iter_mut().find(|(t, _)| *t == &*m.raw.topic) {
+                Some((_, indexes)) => indexes.push(i),
+                None => topics.push((&m.raw.topic, vec![i])),
+            }
+        }
+        let mut out = Vec::new();
+        for (topic, indexes) in topics {
+            let part: Vec<&Message<JsonPayload>> = indexes.iter().map(|&i| &messages[i]).collect();
+            for mut r in self.statement(topic)?.run(tx, &part).await? {
+                r.index = indexes[r.index];
+                out.push(r);
+            }
+        }
+        out.sort_by_key(|r| r.index);
+        Ok(out)
+    }
+}
+
+impl SqlHandler {
+    fn statement(&self, topic: &str) -> Result<&SqlStatement, HandlerError> {
+        self.statement_for(topic)
+            .ok_or_else(|| HandlerError::Other(Box::new(RouteError::NoStatement(topic.to_owned()))))
     }
 }
 

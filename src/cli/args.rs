@@ -9,6 +9,7 @@ use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use batch_inbox::batcher::Batching;
+use batch_inbox::message::{IdFormat, IdRules, IdSource};
 use batch_inbox::secret::{DatabaseUrl, RedactedProperties};
 use batch_inbox::worker::{MaxPoisonRate, WorkerSettings};
 use batch_inbox::{defaults, parse_interval, KafkaSettings, Mode, ProcessorConfig};
@@ -40,9 +41,16 @@ pub struct KafkaArgs {
     /// Bootstrap servers of any Kafka-protocol broker.
     #[arg(long, env = "KAFKA_BROKERS", default_value = defaults::BROKERS)]
     pub brokers: String,
-    /// Topic to consume or produce to.
-    #[arg(long, env = "BATCH_INBOX_TOPIC", default_value = defaults::TOPIC)]
-    pub topic: String,
+    /// Topic to consume (repeatable, or a comma list: `--topic a,b`) or to produce to (one).
+    #[arg(
+        long = "topic",
+        env = "BATCH_INBOX_TOPIC",
+        value_name = "TOPIC",
+        value_delimiter = ',',
+        value_parser = parse_topic,
+        default_value = defaults::TOPIC
+    )]
+    pub topics: Vec<String>,
     /// librdkafka property passed through, as `key=value` (repeatable), applied last.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = PropertyParser)]
     pub properties: Vec<(String, String)>,
@@ -52,14 +60,86 @@ impl std::fmt::Debug for KafkaArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let KafkaArgs {
             brokers,
-            topic,
+            topics,
             properties,
         } = self;
         f.debug_struct("KafkaArgs")
             .field("brokers", brokers)
-            .field("topic", topic)
+            .field("topics", topics)
             .field("properties", &RedactedProperties(properties))
             .finish()
+    }
+}
+
+impl KafkaArgs {
+    /// The first topic: the one a tool produces to or reads (the tools refuse several).
+    #[allow(dead_code)] // the tools' only: `run` consumes every topic
+    pub fn topic(&self) -> &str {
+        self.topics.first().map_or(defaults::TOPIC, String::as_str)
+    }
+
+    /// The topics, each once, in the order given.
+    pub fn distinct_topics(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::with_capacity(self.topics.len());
+        for t in &self.topics {
+            if !out.contains(t) {
+                out.push(t.clone());
+            }
+        }
+        out
+    }
+}
+
+/// A Kafka topic name: 1 to 249 of `a-z A-Z 0-9 . _ -`, and neither `.` nor `..` (Kafka's
+/// rule, which every Kafka-protocol broker applies).
+pub fn parse_topic(s: &str) -> Result<String, String> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if s.is_empty() {
+        return Err("a topic name cannot be empty".to_owned());
+    }
+    if s.len() > 249 || !s.chars().all(legal) || s == "." || s == ".." {
+        return Err(format!(
+            "{s:?} is not a Kafka topic name (1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-')"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+/// Where a record's id comes from and which ids are accepted (`run`, `dead-letters redrive`).
+#[derive(Debug, Clone, Args)]
+pub struct IdArgs {
+    /// Header that carries the message id (with --id-from header); CloudEvents users pass
+    /// `ce_id`.
+    #[arg(long, env = "BATCH_INBOX_ID_HEADER", default_value = defaults::ID_HEADER)]
+    pub id_header: String,
+    /// Where the id comes from: `header` (--id-header), `key` (the record key: on a compacted
+    /// topic only the first record of each key is ever applied) or `position` (topic, partition
+    /// and offset: each record once, but a producer's resend is a new record).
+    #[arg(
+        long,
+        env = "BATCH_INBOX_ID_FROM",
+        value_parser = named::<IdSource>(),
+        default_value_t = IdSource::Header
+    )]
+    pub id_from: IdSource,
+    /// Which ids are accepted: `uuid` (UUID text only) or `any` (any non-empty value up to
+    /// 1024 bytes; one that is not a UUID maps to a version-8 UUID of the topic and the id).
+    #[arg(
+        long,
+        env = "BATCH_INBOX_ID_FORMAT",
+        value_parser = named::<IdFormat>(),
+        default_value_t = IdFormat::Uuid
+    )]
+    pub id_format: IdFormat,
+}
+
+impl IdArgs {
+    /// The library's id rules.
+    pub fn rules(&self) -> IdRules {
+        let mut rules = IdRules::header(&self.id_header);
+        rules.source = self.id_from;
+        rules.format = self.id_format;
+        rules
     }
 }
 
@@ -97,9 +177,9 @@ pub struct PipelineArgs {
     /// Database connections (at most one transaction per partition runs at a time).
     #[arg(long, env = "BATCH_INBOX_POOL_SIZE", default_value_t = defaults::POOL_SIZE)]
     pub pool_size: NonZeroUsize,
-    /// Header that carries the message id (a UUID); CloudEvents users pass `ce_id`.
-    #[arg(long, env = "BATCH_INBOX_ID_HEADER", default_value = defaults::ID_HEADER)]
-    pub id_header: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub ids: IdArgs,
     /// At most N poison dead letters per partition within DURATION (`20/1m`, `5/10s`); the one
     /// that would exceed it is not dead-lettered: the partition stalls on it until a retry of it
     /// succeeds (or a restart with a higher limit). `off` disables the breaker.
@@ -182,7 +262,7 @@ impl PipelineArgs {
     pub fn processor(&self, kafka: KafkaSettings, exit_on_eof: bool) -> ProcessorConfig {
         let mut config = ProcessorConfig::new(kafka);
         config.worker = self.worker();
-        config.id_header = self.id_header.clone();
+        config.decoding.ids = self.ids.rules();
         config.exit_on_eof = exit_on_eof;
         config.statement_timeout = Some(self.statement_timeout).filter(|t| !t.is_zero());
         config

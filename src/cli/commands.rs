@@ -140,17 +140,23 @@ pub struct OpsArgs {
 }
 
 impl RunArgs {
-    /// Refuses a statement file without the SQL handler (it would be silently unused).
+    /// Refuses handler settings that would be silently unused or that do not fit the topics.
     pub fn check_handler(&self) -> Result<(), String> {
-        self.handler.check()
+        self.handler.check()?;
+        self.handler.check_routes(&self.kafka.distinct_topics())
     }
 
     /// Processor configuration from the flags.
     pub fn processor(&self) -> ProcessorConfig {
-        let mut kafka = KafkaSettings::new(&self.kafka.brokers, &self.kafka.topic, &self.group);
+        let mut kafka = KafkaSettings::with_topics(
+            &self.kafka.brokers,
+            self.kafka.distinct_topics(),
+            &self.group,
+        );
         kafka.partition_eof = self.exit_on_eof;
         kafka.overrides = self.kafka.properties.clone();
         let mut config = self.pipeline.processor(kafka, self.exit_on_eof);
+        (config.decoding.tombstones, config.decoding.values) = self.handler.reading();
         #[cfg(feature = "unsafe-controls")]
         {
             config.worker.unsafe_controls = batch_inbox::UnsafeControls::new(

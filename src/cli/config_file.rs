@@ -1,7 +1,8 @@
 //! The optional TOML configuration file (`--config FILE`, or `BATCH_INBOX_CONFIG`).
 //!
-//! Keys are the long flag names (`batch-size = 500`, `database-url = "…"`); librdkafka
-//! properties go in a `[librdkafka]` table.
+//! Keys are the long flag names (`batch-size = 500`, `database-url = "…"`); a repeatable flag
+//! takes an array (`topic = ["orders", "refunds"]`, `apply-sql = ["orders=o.sql", "r.sql"]`);
+//! librdkafka properties go in a `[librdkafka]` table.
 //!
 //! Invariant: the command line wins over the environment, which wins over the file, which wins
 //! over the built-in defaults; and a file value is validated exactly like the same flag. To keep
@@ -276,6 +277,12 @@ fn file_args(
                 Some(true) => out.push(flag.into()),
                 Some(false) => {}
                 None => return Err(bad(key, "expected true or false".to_owned())),
+            }
+        } else if let (ArgAction::Append, toml::Value::Array(items)) = (arg.get_action(), value) {
+            // A repeatable flag takes an array: one flag per item (`topic = ["a", "b"]`).
+            for item in items {
+                out.push(flag.clone().into());
+                out.push(scalar(item).map_err(|m| bad(key, m))?.into());
             }
         } else {
             out.push(flag.into());

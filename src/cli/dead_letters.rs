@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use super::args::DbArgs;
+use super::args::{DbArgs, IdArgs};
 use super::handler::HandlerArgs;
 use super::retention::parse_retention;
-use batch_inbox::defaults;
+use batch_inbox::message::Decoding;
 use batch_inbox::redrive::{ListFilter, Selection, DEFAULT_BATCH_SIZE};
 
 /// `dead-letters` subcommands.
@@ -79,9 +79,9 @@ pub struct RedriveArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub handler: HandlerArgs,
-    /// Header that carries the message id, as for `run`.
-    #[arg(long, env = "BATCH_INBOX_ID_HEADER", default_value = defaults::ID_HEADER)]
-    pub id_header: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub ids: IdArgs,
     /// Only this reason (repeatable). The decoding failures (missing_id, invalid_id,
     /// empty_payload, invalid_payload) and outside_dedup_window are selected only this way.
     #[arg(long = "reason", value_name = "REASON")]
@@ -91,7 +91,7 @@ pub struct RedriveArgs {
     pub topic: Option<String>,
     /// Only this id, as stored in the dead letter (repeatable; any text, not only UUIDs).
     #[arg(long = "id", value_name = "ID")]
-    pub ids: Vec<String>,
+    pub id_filter: Vec<String>,
     /// Dead letters per transaction.
     #[arg(long, default_value_t = NonZeroUsize::new(DEFAULT_BATCH_SIZE).expect("not zero"))]
     pub batch_size: NonZeroUsize,
@@ -103,11 +103,13 @@ pub struct RedriveArgs {
 impl RedriveArgs {
     /// The library's selection.
     pub fn selection(&self) -> Selection {
+        let mut decoding = Decoding::with_ids(self.ids.rules());
+        (decoding.tombstones, decoding.values) = self.handler.reading();
         Selection {
             reasons: self.reasons.clone(),
             topic: self.topic.clone(),
-            ids: self.ids.clone(),
-            id_header: self.id_header.clone(),
+            ids: self.id_filter.clone(),
+            decoding,
             batch_size: self.batch_size,
         }
     }

@@ -12,8 +12,8 @@ use super::refused::{self, RefusedSetting};
 pub struct KafkaSettings {
     /// Bootstrap servers.
     pub brokers: String,
-    /// Topic to consume.
-    pub topic: String,
+    /// Topics to consume (at least one).
+    pub topics: Vec<String>,
     /// Consumer group.
     pub group: String,
     /// Deliver end-of-partition events (needed by `--exit-on-eof`).
@@ -29,9 +29,18 @@ impl KafkaSettings {
         topic: impl Into<String>,
         group: impl Into<String>,
     ) -> Self {
+        Self::with_topics(brokers, [topic], group)
+    }
+
+    /// Settings for `group` consuming every topic of `topics` from `brokers`, with no overrides.
+    pub fn with_topics<T: Into<String>>(
+        brokers: impl Into<String>,
+        topics: impl IntoIterator<Item = T>,
+        group: impl Into<String>,
+    ) -> Self {
         Self {
             brokers: brokers.into(),
-            topic: topic.into(),
+            topics: topics.into_iter().map(Into::into).collect(),
             group: group.into(),
             partition_eof: false,
             overrides: Vec::new(),
@@ -103,14 +112,14 @@ impl std::fmt::Debug for KafkaSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let KafkaSettings {
             brokers,
-            topic,
+            topics,
             group,
             partition_eof,
             overrides,
         } = self;
         f.debug_struct("KafkaSettings")
             .field("brokers", brokers)
-            .field("topic", topic)
+            .field("topics", topics)
             .field("group", group)
             .field("partition_eof", partition_eof)
             .field("overrides", &crate::secret::RedactedProperties(overrides))

@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
-use crate::message::{clean_text, id_text, DeadLetter, RawMessage};
+use crate::message::{clean_text, id_text, DeadLetter, IdRules, RawMessage};
 
 /// Longest `detail` stored, in bytes.
 pub const MAX_DETAIL_BYTES: usize = 1_000;
@@ -28,25 +28,22 @@ pub const MAX_DETAIL_BYTES: usize = 1_000;
 /// How the dead-letter rows of one transaction are built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RowForm<'a> {
-    /// Name of the id header, whose value goes to `message_id_raw`.
-    pub id_header: &'a str,
+    /// The id rules: the id as received goes to `message_id_raw`.
+    pub ids: &'a IdRules,
     /// `Some(sqlstate)`: the full rows were refused with this SQLSTATE; write minimal rows.
     pub refused: Option<&'a str>,
 }
 
 impl<'a> RowForm<'a> {
-    /// Full rows, reading the id from header `id_header`.
-    pub(crate) fn full(id_header: &'a str) -> Self {
-        Self {
-            id_header,
-            refused: None,
-        }
+    /// Full rows, reading the id as `ids` say.
+    pub(crate) fn full(ids: &'a IdRules) -> Self {
+        Self { ids, refused: None }
     }
 
     /// Minimal rows, after the full ones were refused with `sqlstate`.
-    pub(crate) fn minimal(id_header: &'a str, sqlstate: &'a str) -> Self {
+    pub(crate) fn minimal(ids: &'a IdRules, sqlstate: &'a str) -> Self {
         Self {
-            id_header,
+            ids,
             refused: Some(sqlstate),
         }
     }
@@ -59,7 +56,7 @@ pub(crate) struct Row<'a> {
     pub offset: i64,
     /// The id as text, when it is clean and short (see the module's rules).
     pub message_id: Option<&'a str>,
-    /// The id header's value as received.
+    /// The id as received (the id header's value, or the key).
     pub message_id_raw: Option<&'a [u8]>,
     /// The reason's stored text.
     pub reason: &'a str,
@@ -103,7 +100,7 @@ pub(crate) fn row<'a>(letter: &'a DeadLetter, form: RowForm<'_>) -> Row<'a> {
                 .message_id
                 .as_deref()
                 .and_then(|id| id_text(id.as_bytes())),
-            message_id_raw: raw.header(form.id_header).map(|v| &v[..]),
+            message_id_raw: form.ids.original(raw),
             detail: storable_detail(&letter.detail),
             headers: Some(headers_json(raw)),
             ..minimal
@@ -218,7 +215,7 @@ mod tests {
     #[test]
     fn the_id_header_is_kept_raw_and_as_text_only_when_clean_and_short() {
         let nul = letter(vec![header(b"id", Some(b"abc\0def"))], None, "");
-        let r = row(&nul, RowForm::full("id"));
+        let r = row(&nul, RowForm::full(&IdRules::header("id")));
         assert_eq!(r.message_id_raw, Some(&b"abc\0def"[..]));
         assert_eq!(r.message_id, None);
         let long = "x".repeat(crate::message::MAX_ID_TEXT_BYTES + 1);
@@ -227,7 +224,10 @@ mod tests {
         assert_eq!(id_text(b"a\0"), None);
         assert_eq!(id_text(&[0xff]), None);
         let unclean = letter(vec![], Some("a\0b"), "");
-        assert_eq!(row(&unclean, RowForm::full("id")).message_id, None);
+        assert_eq!(
+            row(&unclean, RowForm::full(&IdRules::header("id"))).message_id,
+            None
+        );
     }
 
     #[test]
@@ -247,7 +247,7 @@ mod tests {
     #[test]
     fn a_minimal_row_keeps_position_reason_key_and_payload_only() {
         let l = letter(vec![header(b"id", Some(b"abc"))], Some("abc"), "why");
-        let r = row(&l, RowForm::minimal("id", "23514"));
+        let r = row(&l, RowForm::minimal(&IdRules::header("id"), "23514"));
         assert_eq!(
             (
                 r.offset,

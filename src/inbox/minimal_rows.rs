@@ -14,8 +14,8 @@ impl<H: Handler> Inbox<H> {
     /// Full dead-letter rows, or minimal ones after full ones were refused with `refused`.
     pub(super) fn rows<'a>(&'a self, refused: Option<&'a str>) -> RowForm<'a> {
         match refused {
-            None => RowForm::full(&self.id_header),
-            Some(state) => RowForm::minimal(&self.id_header, state),
+            None => RowForm::full(&self.decoding.ids),
+            Some(state) => RowForm::minimal(&self.decoding.ids, state),
         }
     }
 }

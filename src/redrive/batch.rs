@@ -19,7 +19,7 @@ use crate::error::InboxError;
 use crate::failpoint::failpoint;
 use crate::handler::Handler;
 use crate::inbox::apply_within;
-use crate::message::{decode_batch, Decoded, Message, RawMessage};
+use crate::message::{decode_batch_with, Decoded, Decoding, Message, RawMessage};
 use crate::sql::redrive::{DELETE_OWN_INBOX_ROWS, LOCK_ONE, LOCK_PARKED, MARK};
 
 /// Which dead letters a transaction locks.
@@ -109,7 +109,7 @@ enum Outcome {
 pub(super) async fn run<H: Handler>(
     client: &mut Client,
     handler: &H,
-    id_header: &str,
+    decoding: &Decoding,
     lock: Lock<'_>,
 ) -> Result<Done, Failed> {
     let fail = |positions: &[Position]| {
@@ -128,7 +128,7 @@ pub(super) async fn run<H: Handler>(
             report: Default::default(),
         });
     }
-    let outcomes = apply(&tx, handler, id_header, &parked)
+    let outcomes = apply(&tx, handler, decoding, &parked)
         .await
         .map_err(fail(&positions))?;
     let report = mark(&tx, &outcomes).await.map_err(fail(&positions))?;
@@ -159,11 +159,11 @@ async fn lock_parked(tx: &Transaction<'_>, lock: Lock<'_>) -> Result<Vec<Parked>
 async fn apply<H: Handler>(
     tx: &Transaction<'_>,
     handler: &H,
-    id_header: &str,
+    decoding: &Decoding,
     parked: &[Parked],
 ) -> Result<Vec<(Position, Outcome)>, InboxError> {
     let raws: Vec<RawMessage> = parked.iter().map(|p| (*p.raw).clone()).collect();
-    let decoded: Decoded<H::Payload> = decode_batch(raws, id_header);
+    let decoded: Decoded<H::Payload> = decode_batch_with(raws, decoding);
     delete_own_inbox_rows(tx, &decoded.messages).await?;
     let applied = apply_within(tx, handler, &decoded.messages).await?;
     let key = |raw: &Arc<RawMessage>| (raw.topic.clone(), raw.partition, raw.offset);

@@ -49,8 +49,31 @@ pub fn compare(retention_ms: Option<&str>, inbox: Duration) -> TopicRetention {
     }
 }
 
-/// Reads the topic's `retention.ms` and compares it with `inbox`.
+/// Reads the `retention.ms` of every topic of `kafka` and compares it with `inbox`: the least
+/// safe outcome (a topic that keeps records longer, then one whose retention cannot be read).
 pub async fn check(kafka: &KafkaSettings, inbox: Duration) -> TopicRetention {
+    let mut worst = None;
+    for topic in &kafka.topics {
+        worst = Some(less_safe(worst, check_topic(kafka, topic, inbox).await));
+    }
+    worst.unwrap_or_else(|| TopicRetention::Unknown("no topic to read".to_owned()))
+}
+
+/// The less safe of two outcomes (the first when they are alike).
+fn less_safe(a: Option<TopicRetention>, b: TopicRetention) -> TopicRetention {
+    let rank = |o: &TopicRetention| match o {
+        TopicRetention::Longer { .. } => 2,
+        TopicRetention::Unknown(_) => 1,
+        TopicRetention::Covered { .. } => 0,
+    };
+    match a {
+        Some(a) if rank(&a) >= rank(&b) => a,
+        _ => b,
+    }
+}
+
+/// Reads `topic`'s `retention.ms` through `kafka`'s connection and compares it with `inbox`.
+pub async fn check_topic(kafka: &KafkaSettings, topic: &str, inbox: Duration) -> TopicRetention {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &kafka.brokers);
     let connection: Vec<(String, String)> = kafka
@@ -70,7 +93,7 @@ pub async fn check(kafka: &KafkaSettings, inbox: Duration) -> TopicRetention {
         }
     };
     let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(5)));
-    let topic = ResourceSpecifier::Topic(&kafka.topic);
+    let topic = ResourceSpecifier::Topic(topic);
     match admin.describe_configs([&topic], &opts).await {
         Err(e) => TopicRetention::Unknown(format!("DescribeConfigs: {e}")),
         Ok(results) => match results.into_iter().next() {
@@ -98,13 +121,23 @@ fn is_connection_property(key: &str) -> bool {
     .any(|p| key.starts_with(p))
 }
 
-/// Logs a warning when the topic outlives the inbox retention, at debug level when it cannot tell.
+/// Logs a warning for each topic that outlives the inbox retention, at debug level when it cannot
+/// tell; returns [`check`]'s outcome.
 pub async fn warn_if_topic_outlives(kafka: &KafkaSettings, inbox: Duration) -> TopicRetention {
-    let outcome = check(kafka, inbox).await;
+    let mut worst = None;
+    for topic in &kafka.topics {
+        let outcome = check_topic(kafka, topic, inbox).await;
+        log(topic, &outcome, inbox);
+        worst = Some(less_safe(worst, outcome));
+    }
+    worst.unwrap_or_else(|| TopicRetention::Unknown("no topic to read".to_owned()))
+}
+
+fn log(topic: &str, outcome: &TopicRetention, inbox: Duration) {
     let inbox_ms = inbox.as_millis();
-    match &outcome {
+    match outcome {
         TopicRetention::Longer { topic_ms } => tracing::warn!(
-            topic = %kafka.topic,
+            topic = %topic,
             "topic retention.ms {} is longer than the inbox retention ({inbox_ms} ms): a copy \
              redelivered after its id expired from the inbox cannot be recognised as a duplicate \
              (UUIDv7 copies are dead-lettered as outside_dedup_window; UUIDv4 copies would be \
@@ -113,13 +146,12 @@ pub async fn warn_if_topic_outlives(kafka: &KafkaSettings, inbox: Duration) -> T
             topic_ms.map_or_else(|| "unlimited (-1)".to_owned(), |ms| ms.to_string())
         ),
         TopicRetention::Covered { topic_ms } => tracing::debug!(
-            topic = %kafka.topic, topic_ms, inbox_ms, "topic retention is within the inbox retention"
+            topic = %topic, topic_ms, inbox_ms, "topic retention is within the inbox retention"
         ),
         TopicRetention::Unknown(why) => tracing::debug!(
-            topic = %kafka.topic, "cannot read the topic's retention.ms: {why}"
+            topic = %topic, "cannot read the topic's retention.ms: {why}"
         ),
     }
-    outcome
 }
 
 #[cfg(test)]

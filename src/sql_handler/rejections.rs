@@ -77,7 +77,7 @@ pub(super) struct UnknownMessage(String);
 pub(super) fn rejections(
     columns: RejectionColumns,
     rows: &[Row],
-    messages: &[Message<JsonPayload>],
+    messages: &[&Message<JsonPayload>],
 ) -> Result<Vec<Rejection>, UnknownMessage> {
     if rows.is_empty() {
         return Ok(Vec::new());

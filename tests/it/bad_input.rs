@@ -140,7 +140,7 @@ async fn an_id_header_of_another_name_can_be_used() {
             .await;
     }
     let mut cfg = config(kafka.settings("g"), Mode::Batched, 1);
-    cfg.id_header = "ce_id".to_owned();
+    cfg.decoding.ids.header = "ce_id".to_owned();
     let stats = drain(cfg, &pool).await;
     assert_eq!((stats.new, stats.duplicates, stats.invalid), (1, 1, 0));
     assert_eq!(tables(&pool).await.balances, vec![(4, 9)]);

@@ -142,6 +142,12 @@ fn hostile(rng: &mut StdRng) -> (RawRecord, &'static str) {
             "invalid_payload",
         ),
     };
+    // A tombstone the ledger dead-letters is one whatever its id; any other record's id counts
+    // first.
+    let reason = match (&value, id_reason) {
+        (None, _) => "empty_payload",
+        (Some(_), id_reason) => id_reason.unwrap_or(value_reason),
+    };
     let mut headers = junk_headers(rng);
     for id in id_headers {
         let at = rng.random_range(0..=headers.len());
@@ -157,7 +163,7 @@ fn hostile(rng: &mut StdRng) -> (RawRecord, &'static str) {
         headers,
         timestamp_ms,
     };
-    (record, id_reason.unwrap_or(value_reason))
+    (record, reason)
 }
 
 /// More headers than librdkafka parses (100,000): the record has no readable id header.

@@ -259,7 +259,7 @@ pub struct ConsumeOnlyArgs {
 /// Drains the topic with the pipeline's consume-only mode (no database work) and writes stats.
 pub async fn consume_only(args: ConsumeOnlyArgs) -> anyhow::Result<()> {
     let pool = batch_inbox::db::connect(args.db.database_url.expose(), 1).await?;
-    let mut kafka = KafkaSettings::new(&args.kafka.brokers, &args.kafka.topic, &args.group);
+    let mut kafka = KafkaSettings::new(&args.kafka.brokers, args.kafka.topic(), &args.group);
     kafka.overrides = args.kafka.properties.clone();
     kafka.partition_eof = !args.follow;
     let mut config = args.pipeline.processor(kafka, !args.follow);

@@ -43,14 +43,18 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.kafka.topics.len() == 1,
+        "produce writes to one topic: give --topic once"
+    );
     let brokers = &args.kafka.brokers;
-    batch_inbox_tools::produce::ensure_topic(brokers, &args.kafka.topic, args.partitions)
+    batch_inbox_tools::produce::ensure_topic(brokers, args.kafka.topic(), args.partitions)
         .await
         .context("creating the topic")?;
     let (records, expected) = batch_inbox_tools::generate::generate(args.generator.settings());
     let producer = batch_inbox_tools::produce::producer(brokers, &args.kafka.properties)?;
     if args.rate.is_some() {
-        batch_inbox_tools::produce::warm_up(brokers, &producer, &args.kafka.topic)
+        batch_inbox_tools::produce::warm_up(brokers, &producer, args.kafka.topic())
             .await
             .context("warming up the producer")?;
     }
@@ -61,7 +65,7 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         acked_ms,
     } = batch_inbox_tools::produce::send_paced(
         &producer,
-        &args.kafka.topic,
+        args.kafka.topic(),
         records,
         args.rate,
         |n| progress.update(n),

@@ -84,7 +84,7 @@ fn flags_become_typed_settings() {
     assert_eq!(p.worker.mode, Mode::PerMessage);
     assert_eq!(p.worker.batcher.max_items.get(), 7);
     assert_eq!(p.worker.batcher.linger, Duration::from_millis(3));
-    assert_eq!(p.id_header, "ce_id");
+    assert_eq!(p.decoding.ids.header, "ce_id");
     assert_eq!(p.dedup_window, None, "no guard without a retention");
     assert_eq!(
         p.worker.max_poison_rate,

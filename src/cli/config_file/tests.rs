@@ -60,7 +60,7 @@ fn flags_beat_the_file_which_beats_defaults() {
     assert_eq!(p.batch_size.get(), 500, "file over default");
     assert_eq!(p.batch_linger_ms, Some(7), "file over default");
     assert_eq!(p.pool_size.get(), 5, "flag over file");
-    assert_eq!(run.kafka.topic, "from-file");
+    assert_eq!(run.kafka.topics, ["from-file"]);
     assert_eq!(run.group, "batch-inbox", "default");
     assert!(run.exit_on_eof);
     let worker = run.processor().worker;
@@ -133,7 +133,7 @@ fn the_files_handler_is_migrates_handler_too() {
         panic!("not run")
     };
     assert_eq!(run.handler.kind, HandlerKind::Sql);
-    assert_eq!(run.handler.apply_sql, Some(PathBuf::from("app.sql")));
+    assert_eq!(run.handler.apply_sql[0].path, PathBuf::from("app.sql"));
     let loaded = load([
         "batch-inbox",
         "migrate",
@@ -304,4 +304,61 @@ fn secrets_are_not_printed() {
     ] {
         assert_eq!(redact(arg, value), shown, "{value}");
     }
+}
+
+#[test]
+fn repeatable_flags_take_arrays_or_comma_strings() {
+    let run = |text: &str, extra: &[&str]| {
+        let path = write(&format!("repeat-{}", text.len()), text);
+        let mut args = vec!["batch-inbox", "run", "--config", path.to_str().unwrap()];
+        args.extend(extra);
+        let loaded = load(args).unwrap();
+        let Sub::Run(run) = loaded.cli.command else {
+            panic!("not run")
+        };
+        *run
+    };
+    let a = run(
+        r#"
+handler = "sql"
+topic = ["orders", "refunds"]
+apply-sql = ["orders=o.sql", "r.sql"]
+tombstones = "dead-letter"
+value-format = "text"
+id-from = "key"
+id-format = "any"
+"#,
+        &[],
+    );
+    assert_eq!(a.kafka.topics, ["orders", "refunds"]);
+    let applied: Vec<(Option<&str>, &str)> = a
+        .handler
+        .apply_sql
+        .iter()
+        .map(|s| (s.topic.as_deref(), s.path.to_str().unwrap()))
+        .collect();
+    assert_eq!(applied, [(Some("orders"), "o.sql"), (None, "r.sql")]);
+    assert_eq!(a.check_handler(), Ok(()));
+    let p = a.processor();
+    assert_eq!(p.kafka.topics, ["orders", "refunds"]);
+    assert_eq!(
+        (p.decoding.tombstones, p.decoding.values),
+        (
+            batch_inbox::message::Tombstones::DeadLetter,
+            batch_inbox::message::ValueFormat::Text
+        )
+    );
+    assert_eq!(p.decoding.ids.source, batch_inbox::message::IdSource::Key);
+    assert_eq!(p.decoding.ids.format, batch_inbox::message::IdFormat::Any);
+    let b = run(
+        "handler = \"sql\"\ntopic = \"a,b,a\"\napply-sql = \"x.sql\"\n",
+        &[],
+    );
+    assert_eq!(b.kafka.topics, ["a", "b", "a"]);
+    assert_eq!(b.processor().kafka.topics, ["a", "b"], "each topic once");
+    let flags_win = run("topic = [\"a\", \"b\"]\n", &["--topic", "c"]);
+    assert_eq!(flags_win.kafka.topics, ["c"]);
+    let path = write("bad-topic", "topic = [\"a\", \"no spaces\"]\n");
+    let err = load(["batch-inbox", "run", "--config", path.to_str().unwrap()]).unwrap_err();
+    assert!(err.to_string().contains("not a Kafka topic name"), "{err}");
 }
