@@ -3,8 +3,8 @@
 -- Unlike the Rust ledger it has no overdraft rule: a balance may go below zero. A value that is
 -- not {"account_id": integer, "amount": integer} is rejected as `invalid_payload`.
 WITH input AS (
-    SELECT m.id, m.value -> 'account_id' AS account, m.value -> 'amount' AS amount
-    FROM jsonb_to_recordset($1) AS m(id uuid, value jsonb)
+    SELECT m.message_id AS id, m.value -> 'account_id' AS account, m.value -> 'amount' AS amount
+    FROM jsonb_to_recordset($1) AS m(message_id uuid, value jsonb)
 ),
 checked AS (
     SELECT id, account, amount,

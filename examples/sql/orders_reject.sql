@@ -5,8 +5,8 @@
 --   invalid_quantity       quantity not a whole number from 1 to 1000
 --   duplicate_order        an order with this id exists (earlier, or earlier in the batch)
 WITH input AS (
-    SELECT m.id, m."offset", m.value
-    FROM jsonb_to_recordset($1) AS m(id uuid, "offset" bigint, value jsonb)
+    SELECT m.message_id AS id, m."offset", m.value
+    FROM jsonb_to_recordset($1) AS m(message_id uuid, "offset" bigint, value jsonb)
 ),
 checked AS (
     SELECT id, "offset", value,

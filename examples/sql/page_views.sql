@@ -4,6 +4,6 @@
 -- dead-letters it alone as `handler_error`, with PostgreSQL's message.
 INSERT INTO page_views (viewed_at, path, user_id, message_id, source_partition, source_offset)
 SELECT to_timestamp(m.timestamp_ms / 1000.0), m.value ->> 'path', m.value ->> 'user_id',
-       m.id, m.partition, m."offset"
+       m.message_id, m.partition, m."offset"
 FROM jsonb_to_recordset($1)
-    AS m(id uuid, partition int, "offset" bigint, timestamp_ms bigint, value jsonb);
+    AS m(message_id uuid, partition int, "offset" bigint, timestamp_ms bigint, value jsonb);

@@ -124,6 +124,12 @@ impl Running {
         }
     }
 
+    /// Kills the process (SIGKILL: no shutdown, no final commit) and waits for it.
+    pub async fn kill(mut self) -> Finished {
+        self.child.kill().expect("SIGKILL");
+        self.wait(Duration::from_secs(60)).await
+    }
+
     /// Asks the process to stop (SIGTERM) and waits for it (at most 60 s).
     pub async fn stop(self) -> Finished {
         let term = Command::new("kill")
