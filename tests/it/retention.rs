@@ -271,3 +271,40 @@ async fn run_with_a_retention_guards_the_window_and_prepares_partitions_before_c
         vec![(0, 0, Some(old), "outside_dedup_window".to_owned())]
     );
 }
+
+/// Keys derived from ids that are not UUIDs, and from positions, carry no time: they expire by
+/// `processed_at`, like UUIDv4 ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn derived_keys_expire_by_the_time_they_were_processed() {
+    use batch_inbox::message::key::{id_key, position_key};
+    let (_, pool) = fresh_db("cleanup_derived").await;
+    let c = pool.get().await.unwrap();
+    let old = [id_key("t", b"order-1"), position_key("t", 0, 1)];
+    let young = [id_key("t", b"order-2"), position_key("t", 0, 2)];
+    for (keys, age) in [(old, "8 days"), (young, "1 day")] {
+        for (i, key) in keys.iter().enumerate() {
+            c.execute(
+                "INSERT INTO inbox (message_id, topic, partition, \"offset\", processed_at)
+                 VALUES ($1, 't', 0, $2, now() - $3::text::interval)",
+                &[key, &(i as i64), &age],
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let stop = CancellationToken::new();
+    let report = retention::cleanup(&pool, &settings(7 * DAY, 500), SystemTime::now(), &stop)
+        .await
+        .unwrap();
+    assert_eq!(report.rows_deleted, 2);
+    let kept: Vec<uuid::Uuid> = c
+        .query("SELECT message_id FROM inbox ORDER BY message_id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut expected = young.to_vec();
+    expected.sort();
+    assert_eq!(kept, expected);
+}
