@@ -341,6 +341,12 @@ impl GroupMember {
         let _ = self.consumer.context().statistics.set(sink);
     }
 
+    /// The member's librdkafka client handle, for requests rdkafka has no binding for; valid
+    /// while the member lives.
+    pub(crate) fn native_client(&self) -> *mut rdkafka_sys::bindings::rd_kafka_t {
+        self.consumer.client().native_ptr()
+    }
+
     /// An offset sink for workers of this member.
     pub(crate) fn offsets(consumer: Weak<KafkaConsumer>) -> KafkaOffsets {
         KafkaOffsets(consumer)

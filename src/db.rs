@@ -81,6 +81,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "dead_letters_redrive",
         sql: include_str!("../migrations/core/0006_dead_letters_redrive.sql"),
     },
+    Migration {
+        version: 7,
+        name: "consumer_topics",
+        sql: include_str!("../migrations/core/0007_consumer_topics.sql"),
+    },
 ];
 
 /// What a core schema behind tells an operator to run (when it does not know the handler).

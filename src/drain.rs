@@ -47,10 +47,12 @@ pub(crate) struct PartitionEnd {
 
 impl PartitionEnd {
     /// True when every record of the partition is committed by the group: the committed offset
-    /// is at the end, or nothing was ever committed and the broker keeps no record.
+    /// is at the end, or nothing was ever committed and the broker keeps no record. An offset
+    /// past the end is not done: it belongs to another log (a topic deleted and re-created, a
+    /// truncated log), and the consumer starts again from the log's start.
     pub(crate) fn is_done(&self) -> bool {
         match self.committed {
-            Some(c) => c >= self.high,
+            Some(c) => c == self.high,
             None => self.low >= self.high,
         }
     }
@@ -89,6 +91,12 @@ pub(crate) fn pending(topics: &[Arc<str>], ends: &[PartitionEnd]) -> Option<Vec<
         .iter()
         .filter(|e| !e.is_done())
         .map(|e| match e.committed {
+            Some(c) if c > e.high => format!(
+                "{}p{}: {c}/{} (committed past the end: an offset of another log)",
+                prefix(e),
+                e.partition,
+                e.high
+            ),
             Some(c) => format!("{}p{}: {c}/{}", prefix(e), e.partition, e.high),
             None => format!("{}p{}: none/{}", prefix(e), e.partition, e.high),
         })
@@ -262,7 +270,10 @@ mod tests {
     #[test]
     fn a_partition_is_done_when_the_group_committed_its_end() {
         assert!(end(0, Some(10), 0, 10).is_done());
-        assert!(end(0, Some(11), 0, 10).is_done());
+        assert!(
+            !end(0, Some(11), 0, 10).is_done(),
+            "past the end: another log's offset"
+        );
         assert!(!end(0, Some(9), 0, 10).is_done());
         assert!(!end(0, None, 0, 10).is_done(), "records, nothing committed");
         assert!(end(0, None, 0, 0).is_done(), "an empty partition");

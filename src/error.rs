@@ -259,6 +259,46 @@ pub enum RunError {
     /// The database could not be reached or prepared.
     #[error("database: {0}")]
     Db(#[from] DbError),
+    /// A partition's records went back to an offset below the next one expected: the client
+    /// reset its position to the start of another log (the topic deleted and re-created, or the
+    /// log truncated). Nothing from that offset on was applied or committed.
+    #[error(
+        "{topic}/{partition} went back from offset {expected} to {received}: the topic was \
+         deleted and re-created, or its log truncated; nothing of it was applied. Start again: \
+         a re-created topic is then reported with its ids"
+    )]
+    OffsetsWentBack {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The offset expected.
+        expected: i64,
+        /// The offset received.
+        received: i64,
+    },
+    /// A topic was deleted and re-created: the group's offsets in the database belong to the
+    /// old one (another topic id), and starting there would skip the new topic's records.
+    /// Nothing of the new topic was consumed.
+    #[error(
+        "topic {topic} was deleted and re-created: the offsets of group {group} in the database \
+         belong to topic id {stored}, the broker's topic has id {current}, and starting there \
+         would skip the new topic's records. To consume the new topic from its start, remove the \
+         old offsets ({reset}), reset the group's offsets in Kafka too (kafka-consumer-groups \
+         --group {group} --topic {topic} --reset-offsets --to-earliest --execute) and start again"
+    )]
+    TopicReplaced {
+        /// The topic.
+        topic: String,
+        /// The consumer group.
+        group: String,
+        /// The id the stored offsets belong to.
+        stored: uuid::Uuid,
+        /// The broker's id of the topic now.
+        current: uuid::Uuid,
+        /// The SQL that removes the old offsets.
+        reset: String,
+    },
 }
 
 /// Failure to set up the database (pool, migrations).

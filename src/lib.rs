@@ -147,6 +147,7 @@ mod sql_handler;
 mod stats;
 pub mod stats_file;
 mod telemetry;
+mod topic_id;
 mod unsafe_controls;
 pub mod worker;
 

@@ -111,11 +111,11 @@ pub async fn run_with_stats<H: Handler>(
             .with_dedup_window(config.dedup_window)
             .with_statement_timeout(config.statement_timeout),
     );
+    let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
     let on_assign = config.offsets_in_db.then(|| {
         let group = Arc::from(config.kafka.group.as_str());
-        resume::from_database(pool.clone(), group, stats.clone())
+        resume::from_database(pool.clone(), group, stats.clone(), fail_tx.clone())
     });
-    let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
     let spawn = |consumer| spawner(consumer, inbox, config.worker, stats.clone(), fail_tx);
     let member = GroupMember::new(
         &config.kafka,
@@ -124,6 +124,10 @@ pub async fn run_with_stats<H: Handler>(
         spawn,
         on_assign,
     )?;
+    if config.offsets_in_db {
+        let group = config.kafka.group.as_str();
+        resume::check_at_start(member.native_client(), &config.kafka.topics, &pool, group)?;
+    }
     let observed = stats.clone();
     member.on_statistics(Box::new(move |s| observed.telemetry.record_statistics(s)));
     let drain = config.exit_on_eof.then(|| {

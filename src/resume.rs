@@ -4,6 +4,13 @@
 //! Invariant: a start offset is only ever moved forward from Kafka's committed one, and only to
 //! a position the database says is committed; any failure to read either position leaves the
 //! assignment as it was (Kafka's committed offset: a replay, which the inbox makes harmless).
+//!
+//! Offsets belong to one incarnation of a topic: its Kafka topic id, recorded in
+//! `consumer_topics` the first time the group resumes the topic from the database. When the
+//! broker's topic has another id (deleted and re-created), the stored offsets point into a log
+//! that no longer exists: its partitions are left out of the assignment (nothing of them is
+//! consumed) and the processor stops with [`RunError::TopicReplaced`]. A broker without topic
+//! ids, or one that cannot describe the topic, leaves the check out (logged).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -13,22 +20,174 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::mpsc::UnboundedSender;
+use uuid::Uuid;
 
 use crate::consumer::{AssignHook, GroupContext};
+use crate::error::RunError;
 use crate::offset_table;
+use crate::sql::{READ_TOPIC_IDS, RECORD_TOPIC_ID};
 use crate::stats::Stats;
+use crate::topic_id::{self, Described};
 
 /// How long an assignment waits for each of the two positions.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The hook that starts assigned partitions from the offsets `group` stored in the database.
-/// Every record skipped that way is counted in `stats.replays_avoided`.
-pub(crate) fn from_database(pool: Pool, group: Arc<str>, stats: Arc<Stats>) -> AssignHook {
+/// Every record skipped that way is counted in `stats.replays_avoided`. A topic whose stored
+/// offsets belong to another topic id is left out of the assignment and reported to `failures`.
+pub(crate) fn from_database(
+    pool: Pool,
+    group: Arc<str>,
+    stats: Arc<Stats>,
+    failures: UnboundedSender<RunError>,
+) -> AssignHook {
     Box::new(move |consumer, tpl| {
+        let topics: Vec<String> = partitions_by_topic(tpl).into_keys().collect();
+        match replaced_topics(consumer.client().native_ptr(), &topics, &pool, &group, true) {
+            Ok(replaced) => {
+                for failure in replaced {
+                    if let RunError::TopicReplaced { topic, .. } = &failure {
+                        *tpl = without_topic(tpl, topic);
+                    }
+                    let _ = failures.send(failure);
+                }
+            }
+            Err(e) => tracing::warn!("cannot check the topics' ids against the database: {e}"),
+        }
         if let Err(e) = set_start_offsets(consumer, tpl, &pool, &group, &stats) {
             tracing::warn!("starting from Kafka's committed offsets: {e}");
         }
     })
+}
+
+/// `tpl` without the partitions of `topic`.
+fn without_topic(tpl: &TopicPartitionList, topic: &str) -> TopicPartitionList {
+    let mut kept = TopicPartitionList::new();
+    for e in tpl.elements().iter().filter(|e| e.topic() != topic) {
+        let _ = kept.add_partition_offset(e.topic(), e.partition(), e.offset());
+    }
+    kept
+}
+
+/// What the database knows of one topic for the group: the recorded id, and whether it has
+/// offsets.
+struct Recorded {
+    id: Option<Uuid>,
+    has_offsets: bool,
+}
+
+/// Fails with [`RunError::TopicReplaced`] when a topic of `topics` has stored offsets of another
+/// topic id: run at start, before anything is consumed (the `--exit-on-eof` check would
+/// otherwise count the old offsets as the new topic's). Any failure to tell is logged, not
+/// fatal: the assignment checks again.
+pub(crate) fn check_at_start(
+    rk: *mut rdkafka_sys::bindings::rd_kafka_t,
+    topics: &[String],
+    pool: &Pool,
+    group: &str,
+) -> Result<(), RunError> {
+    match tokio::task::block_in_place(|| replaced_topics(rk, topics, pool, group, false)) {
+        Ok(mut replaced) if !replaced.is_empty() => Err(replaced.swap_remove(0)),
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::warn!("cannot check the topics' ids against the database: {e}");
+            Ok(())
+        }
+    }
+}
+
+/// The topics of `topics` whose stored offsets belong to another topic id, as failures; with
+/// `record`, records the id of every other one that has none recorded yet. `rk` is the
+/// consumer's client handle.
+fn replaced_topics(
+    rk: *mut rdkafka_sys::bindings::rd_kafka_t,
+    topics: &[String],
+    pool: &Pool,
+    group: &str,
+    record: bool,
+) -> Result<Vec<RunError>, String> {
+    if topics.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    // SAFETY: the callers pass the handle of a consumer they hold for the call.
+    let described = unsafe { topic_id::describe(rk, &names, LOOKUP_TIMEOUT) }?;
+    let recorded = block_on_pool(async {
+        let client = pool.get().await.map_err(|e| e.to_string())?;
+        let rows = client
+            .query(READ_TOPIC_IDS, &[&group, &topics])
+            .await
+            .map_err(|e| format!("cannot read consumer_topics: {e}"))?;
+        let by_topic: HashMap<String, Recorded> = rows
+            .iter()
+            .map(|r| {
+                let recorded = Recorded {
+                    id: r.get(1),
+                    has_offsets: r.get(2),
+                };
+                (r.get(0), recorded)
+            })
+            .collect();
+        Ok::<_, String>(by_topic)
+    })?;
+    let mut failures = Vec::new();
+    let mut to_record = Vec::new();
+    for topic in topics {
+        let current = match described.get(topic) {
+            Some(Described::Id(Some(id))) => *id,
+            Some(Described::Id(None)) => {
+                tracing::debug!(topic, "the broker reports no topic id: not checked");
+                continue;
+            }
+            Some(Described::Refused(why)) => {
+                tracing::warn!(
+                    topic,
+                    "cannot describe the topic, its id is not checked: {why}"
+                );
+                continue;
+            }
+            None => continue,
+        };
+        let Some(recorded) = recorded.get(topic) else {
+            continue;
+        };
+        match recorded.id {
+            Some(stored) if stored != current && recorded.has_offsets => {
+                failures.push(replaced(topic, group, stored, current));
+            }
+            Some(stored) if stored == current => {}
+            _ => to_record.push((topic.clone(), current)),
+        }
+    }
+    if record && !to_record.is_empty() {
+        block_on_pool(async {
+            let client = pool.get().await.map_err(|e| e.to_string())?;
+            for (topic, id) in &to_record {
+                client
+                    .execute(RECORD_TOPIC_ID, &[&group, topic, id])
+                    .await
+                    .map_err(|e| format!("cannot record the topic id: {e}"))?;
+            }
+            Ok::<_, String>(())
+        })?;
+    }
+    Ok(failures)
+}
+
+fn replaced(topic: &str, group: &str, stored: Uuid, current: Uuid) -> RunError {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    let (g, t) = (quote(group), quote(topic));
+    RunError::TopicReplaced {
+        topic: topic.to_owned(),
+        group: group.to_owned(),
+        stored,
+        current,
+        reset: format!(
+            "DELETE FROM consumer_offsets WHERE group_id = {g} AND topic = {t}; \
+             DELETE FROM consumer_topics WHERE group_id = {g} AND topic = {t};"
+        ),
+    }
 }
 
 fn set_start_offsets(
@@ -92,8 +251,26 @@ fn partitions_by_topic(tpl: &TopicPartitionList) -> HashMap<String, Vec<i32>> {
     by_topic
 }
 
-/// Reads the stored offsets, blocking the rebalance callback (which is synchronous) on the
-/// pool. Needs a multi-thread runtime: blocking a current-thread one would deadlock.
+/// Runs `work` on the pool from the rebalance callback (which is synchronous), within
+/// [`LOOKUP_TIMEOUT`]. Needs a multi-thread runtime: blocking a current-thread one would
+/// deadlock.
+fn block_on_pool<T>(
+    work: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    let rt = tokio::runtime::Handle::try_current().map_err(|e| e.to_string())?;
+    if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+        return Err("offsets in the database need a multi-thread runtime".to_owned());
+    }
+    tokio::task::block_in_place(|| {
+        rt.block_on(async {
+            tokio::time::timeout(LOOKUP_TIMEOUT, work)
+                .await
+                .map_err(|_| "timed out reading the database".to_owned())?
+        })
+    })
+}
+
+/// Reads the stored offsets, blocking the rebalance callback on the pool.
 fn read_stored(
     pool: &Pool,
     group: &str,

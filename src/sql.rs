@@ -26,6 +26,20 @@ pub const READ_OFFSETS: &str = "\
 SELECT partition, next_offset FROM consumer_offsets
 WHERE group_id = $1 AND topic = $2 AND partition = ANY($3)";
 
+/// For each of some topics, the topic id a group's stored offsets belong to (NULL: none recorded)
+/// and whether the group has offsets of it.
+pub const READ_TOPIC_IDS: &str = "\
+SELECT t.topic, c.topic_id,
+       EXISTS (SELECT 1 FROM consumer_offsets o WHERE o.group_id = $1 AND o.topic = t.topic)
+FROM unnest($2::text[]) AS t(topic)
+LEFT JOIN consumer_topics c ON c.group_id = $1 AND c.topic = t.topic";
+
+/// Records the topic id a group's offsets of a topic belong to (the first one seen, or a new one
+/// while the group has no offsets of the topic).
+pub const RECORD_TOPIC_ID: &str = "\
+INSERT INTO consumer_topics AS c (group_id, topic, topic_id) VALUES ($1, $2, $3)
+ON CONFLICT (group_id, topic) DO UPDATE SET topic_id = EXCLUDED.topic_id, recorded_at = now()";
+
 /// The stored next offset of every partition of a topic for a group.
 pub const READ_TOPIC_OFFSETS: &str = "\
 SELECT partition, next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2";

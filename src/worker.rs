@@ -38,7 +38,7 @@ mod sequence;
 use breaker::Breaker;
 pub use breaker::{parse_max_poison_rate, MaxPoisonRate, PoisonRate};
 pub use retry::{RetryPolicy, TIMEOUTS_BEFORE_SPLIT};
-use sequence::Sequence;
+use sequence::{Continuity, Sequence};
 
 /// What a partition's source yields.
 #[derive(Debug)]
@@ -117,6 +117,8 @@ pub struct PartitionWorker<H: Handler, S: OffsetSink> {
     tracker: OffsetTracker,
     batcher: Batcher<Arrived>,
     sequence: Sequence,
+    /// Set when a record's offset went back: the failure the worker stops with.
+    went_back: Option<RunError>,
     breaker: Breaker,
     /// An input read while pulling the ready records (natural batching), handled next.
     pending: Option<Option<Input>>,
@@ -152,6 +154,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             tracker: OffsetTracker::default(),
             batcher,
             sequence: Sequence::default(),
+            went_back: None,
             breaker: Breaker::new(settings.max_poison_rate),
             pending: None,
         }
@@ -189,6 +192,9 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                         self.pull_ready(source.as_mut());
                         self.batcher.tick(Instant::now());
                     }
+                    if let Some(error) = self.went_back.take() {
+                        return Err(error);
+                    }
                 }
                 Step::Input(Some(Input::Eof)) => {
                     self.batcher.flush();
@@ -208,12 +214,27 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         }
     }
 
-    /// Adds a record to the open batch.
+    /// Adds a record to the open batch, unless its offset went back ([`Continuity::Back`]):
+    /// then nothing more is accepted and the worker fails ([`RunError::OffsetsWentBack`]),
+    /// before anything of the other log is applied.
     fn accept(&mut self, raw: RawMessage) {
+        if self.went_back.is_some() {
+            return;
+        }
         self.at_eof.store(false, Ordering::Release);
         let (topic, stats) = (&self.topic, &self.stats);
-        self.sequence
+        let seen = self
+            .sequence
             .observe(topic, self.partition, raw.offset, stats);
+        if let Continuity::Back { expected } = seen {
+            self.went_back = Some(RunError::OffsetsWentBack {
+                topic: topic.to_string(),
+                partition: self.partition,
+                expected,
+                received: raw.offset,
+            });
+            return;
+        }
         let size = raw.size_bytes();
         let at_ms = unix_ms(std::time::SystemTime::now());
         self.batcher
@@ -241,7 +262,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
     /// Natural batching: adds every record the source has ready now, without waiting, until a
     /// batch closes on its limits; anything else the source yields is kept for the next step.
     fn pull_ready(&mut self, mut source: Pin<&mut impl Stream<Item = Input>>) {
-        while !self.batcher.has_ready() {
+        while !self.batcher.has_ready() && self.went_back.is_none() {
             match source.next().now_or_never() {
                 Some(Some(Input::Record(raw))) => self.accept(raw),
                 Some(other) => {

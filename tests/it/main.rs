@@ -40,6 +40,7 @@ mod secrets;
 mod sql_handler;
 mod stalls;
 mod statements;
+mod topic_changes;
 mod topic_retention;
 mod unsafe_settings;
 mod worker_gaps;
