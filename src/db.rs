@@ -28,7 +28,11 @@ use deadpool_postgres::{Hook, HookError, ManagerConfig, Pool, RecyclingMethod, R
 
 use crate::error::DbError;
 
+mod grants;
 pub(crate) mod schema;
+
+pub(crate) use grants::check_statement;
+pub use grants::{check_grants, Uses};
 
 /// The transaction a batch runs in, and that a [`Handler`](crate::Handler) works in: the pool's
 /// (deadpool-postgres) transaction, so that a handler can use every `tokio_postgres` call on it.
@@ -126,6 +130,7 @@ pub async fn connect_with(
         config.application_name("batch-inbox");
     }
     set_tcp_timeouts(&mut config);
+    let at = address(&config);
     let manager = crate::db_tls::manager(
         config,
         ManagerConfig {
@@ -148,8 +153,98 @@ pub async fn connect_with(
         }));
     }
     let pool = builder.build().map_err(|e| DbError::Build(e.to_string()))?;
-    drop(pool.get().await?);
+    match pool.get().await {
+        Ok(client) => drop(client),
+        Err(error) => return Err(DbError::Connect { at, error }),
+    }
     Ok(pool)
+}
+
+/// Where `config` connects: each host with its port (`127.0.0.1:5432`, a socket directory
+/// `/run/postgresql:5432`), comma-separated; a `hostaddr` stands for its host. Never the
+/// password, which is not part of it.
+fn address(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let hosts: Vec<String> = match config.get_hostaddrs() {
+        [] => config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                Host::Tcp(name) => name.clone(),
+                #[cfg(unix)]
+                Host::Unix(path) => path.display().to_string(),
+            })
+            .collect(),
+        addrs => addrs.iter().map(|a| a.to_string()).collect(),
+    };
+    let ports = config.get_ports();
+    let port = |i: usize| match ports {
+        [] => 5432,
+        [one] => *one,
+        many => many.get(i).copied().unwrap_or(5432),
+    };
+    let each: Vec<String> = match hosts.is_empty() {
+        true => vec![format!("localhost:{}", port(0))],
+        false => hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| match h.parse::<std::net::Ipv6Addr>() {
+                Ok(_) => format!("[{h}]:{}", port(i)),
+                Err(_) => format!("{h}:{}", port(i)),
+            })
+            .collect(),
+    };
+    each.join(",")
+}
+
+/// [`connect_with`], retried while the database cannot be reached yet ([`DbError::is_transient`]:
+/// refused, timed out, starting up), for at most `within`: a database started beside the
+/// processor is waited for (`within` zero: one attempt). Anything else (a refused password, no such database) fails at
+/// once. After `within`, the last failure, which names the address once.
+pub async fn connect_within(
+    url: &str,
+    size: usize,
+    options: ConnectOptions,
+    within: Duration,
+) -> Result<Pool, DbError> {
+    if within.is_zero() {
+        return connect_with(url, size, options).await;
+    }
+    let deadline = tokio::time::Instant::now() + within;
+    let mut delay = Duration::from_millis(100);
+    let mut last = None;
+    loop {
+        let attempt = tokio::time::timeout_at(deadline, connect_with(url, size, options)).await;
+        let failed = match attempt {
+            Ok(Ok(pool)) => return Ok(pool),
+            Ok(Err(e)) if e.is_transient() => e,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(last.unwrap_or_else(|| no_answer(url))),
+        };
+        if last.is_none() {
+            tracing::info!(
+                "{}; retrying for at most {} s",
+                crate::error::chain(&failed),
+                within.as_secs()
+            );
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Err(failed);
+        }
+        last = Some(failed);
+        tokio::time::sleep_until((now + delay).min(deadline)).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// The failure of a first attempt that got no answer at all before the deadline.
+fn no_answer(url: &str) -> DbError {
+    let at = tokio_postgres::Config::from_str(url).map_or_else(|_| String::new(), |c| address(&c));
+    DbError::Connect {
+        at,
+        error: deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Create),
+    }
 }
 
 /// Keepalives and `TCP_USER_TIMEOUT`, where the URL does not set them (libpq's names:

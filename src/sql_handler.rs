@@ -45,7 +45,7 @@ pub enum SqlError {
     #[error("the file holds no SQL statement")]
     Empty,
     /// No connection to prepare it on.
-    #[error("no database connection to prepare the statement: {0}")]
+    #[error("no database connection to prepare the statement: {}", crate::error::pool_line(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
     /// PostgreSQL refused to prepare it (its message, on one line).
     #[error("the statement does not prepare: {0}")]
@@ -96,6 +96,14 @@ impl SqlHandler {
         }
         let rejections = RejectionColumns::of(stmt.columns()).map_err(SqlError::Result)?;
         Ok(Self { sql, rejections })
+    }
+
+    /// Runs the statement on an empty batch (`$1` NULL) in a transaction that is rolled back:
+    /// a privilege its role lacks fails here, before anything is consumed
+    /// ([`DbError::Denied`](crate::DbError::Denied)), not on the first batch. `command` names
+    /// the command that needs it, for the message.
+    pub async fn check_grants(&self, pool: &Pool, command: &str) -> Result<(), crate::DbError> {
+        crate::db::check_statement(pool, command, "the SQL handler's statement", &self.sql).await
     }
 
     /// Whether the statement's result names rejections (`message_id` and `reason` columns).
