@@ -100,7 +100,8 @@ async fn cleanup(args: CleanupCommandArgs) -> anyhow::Result<()> {
     let pool = db::connect(args.db.database_url.expose(), 1).await?;
     db::check_grants(&pool, "cleanup", &[db::Uses::SchemaVersions]).await?;
     db::check_schema(&pool).await?;
-    db::check_grants(&pool, "cleanup", &[db::Uses::Retention]).await?;
+    let uses = [db::Uses::Retention, db::Uses::PartitionUpkeep];
+    db::check_grants(&pool, "cleanup", &uses).await?;
     let settings = args.cleanup.settings(args.retention);
     let stop = tokio_util::sync::CancellationToken::new();
     let on_signal = stop.clone();
@@ -226,7 +227,7 @@ async fn start_database(
         })?;
     let checks = async {
         check_schema(&pool, "run", args.handler.kind).await?;
-        let mut uses = vec![db::Uses::Inbox];
+        let mut uses = vec![db::Uses::Inbox, db::Uses::PartitionUpkeep];
         if args.offsets_in_db {
             uses.push(db::Uses::OffsetsInDb);
         }

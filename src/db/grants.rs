@@ -41,6 +41,10 @@ pub enum Uses {
     Redrive,
     /// The ledger's statements on `balances`.
     Ledger,
+    /// Creates, attaches and drops the inbox's daily partitions, when it is partitioned: the
+    /// inbox's owner's (or a member of the owning role's) alone. Nothing with a plain inbox.
+    /// `run` and `cleanup`.
+    PartitionUpkeep,
 }
 
 /// One statement and the table privileges it needs.
@@ -143,6 +147,7 @@ impl Uses {
             Uses::ReadDeadLetters => READ_DEAD_LETTERS,
             Uses::Redrive => REDRIVE,
             Uses::Ledger => LEDGER,
+            Uses::PartitionUpkeep => &[],
         }
     }
 }
@@ -158,7 +163,38 @@ pub async fn check_grants(pool: &Pool, command: &str, uses: &[Uses]) -> Result<(
             return Err(diagnose(&tx, command, check.needs, "its statements", &denied).await?);
         }
     }
+    if uses.contains(&Uses::PartitionUpkeep) {
+        check_owner(&tx, command).await?;
+    }
     Ok(()) // the transaction rolls back on drop
+}
+
+/// Fails with [`DbError::Denied`] when the inbox is partitioned and the role is neither its
+/// owner nor a member of the owning role: only they may create, attach and drop partitions.
+async fn check_owner(tx: &impl GenericClient, command: &str) -> Result<(), DbError> {
+    let row = tx
+        .query_opt(
+            "SELECT current_user::text, pg_get_userbyid(c.relowner)::text,
+                    pg_has_role(c.relowner, 'USAGE')
+             FROM pg_class c WHERE c.oid = to_regclass('inbox') AND c.relkind = 'p'",
+            &[],
+        )
+        .await?;
+    match row {
+        Some(row) if !row.get::<_, bool>(2) => Err(DbError::Denied {
+            role: row.get(0),
+            what: "the partitioned inbox's upkeep (creating, attaching and dropping its \
+                   partitions)"
+                .to_owned(),
+            command: command.to_owned(),
+            message: format!(
+                "only the inbox's owner {:?} or a member of it may (docs/OPERATIONS.md, \
+                 \"Database roles and grants\")",
+                row.get::<_, String>(1)
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Fails with [`DbError::Denied`] (or [`DbError::Grant`], when the table is one of the

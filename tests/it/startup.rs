@@ -1,7 +1,8 @@
 //! Start-up failures of the database end with exit 1 and one line naming the cause, as a person
 //! would write it, before anything is consumed: no schema (run `migrate` first), a refused
 //! connection (host and port once, after `--startup-timeout`), a wrong password, a role that
-//! lacks a grant (the table and the privilege). A database that comes up within the timeout is
+//! lacks a grant (the table and the privilege), a role that does not own a partitioned inbox.
+//! A database that comes up within the timeout is
 //! waited for. The least-privilege role of docs/OPERATIONS.md runs the whole pipeline, the
 //! retention cleanup and a redrive (`roles`).
 
@@ -479,4 +480,47 @@ async fn a_role_without_a_grant_fails_at_start_naming_the_table_and_the_privileg
         .unwrap()
         .get(0);
     assert_eq!(offsets, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_inbox_needs_its_owner_for_run_and_cleanup() {
+    let (url, pool) = fresh_db("startup_partitioned_owner").await;
+    let out = binary(&["migrate", "--partitioned", "--database-url", &url], &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let role = role_name("startup_partitioned_owner_app");
+    fresh_role(&role).await;
+    let c = pool.get().await.unwrap();
+    c.batch_execute(&roles::grants(&role)).await.unwrap();
+    let app = as_role(&url, &role);
+    let cases: [(&[&str], &str); 2] = [
+        (&["run", "--brokers", "127.0.0.1:1"], "run"),
+        (&["cleanup", "--retention", "7d"], "cleanup"),
+    ];
+    for (args, command) in cases {
+        let mut args = args.to_vec();
+        args.extend(["--database-url", &app]);
+        let out = binary(&args, &[]);
+        assert_eq!(
+            out.failure(),
+            format!(
+                "error: the database role \"{role}\" cannot run the partitioned inbox's upkeep \
+                 (creating, attaching and dropping its partitions), which `{command}` needs: \
+                 only the inbox's owner \"postgres\" or a member of it may (docs/OPERATIONS.md, \
+                 \"Database roles and grants\")"
+            )
+        );
+    }
+    // A member of the owning role may.
+    c.batch_execute(&format!("GRANT postgres TO {role}"))
+        .await
+        .unwrap();
+    let out = binary(
+        &["cleanup", "--retention", "7d", "--database-url", &app],
+        &[],
+    );
+    c.batch_execute(&format!("REVOKE postgres FROM {role}"))
+        .await
+        .unwrap();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.starts_with("removed 0 rows "), "{}", out.stdout);
 }
