@@ -171,6 +171,32 @@ fn a_refused_connection_is_retried_for_the_startup_timeout_then_named_once() {
         );
         assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     }
+    // The environment and the config file set it too.
+    let file = std::env::temp_dir().join(format!("startup-{}.toml", std::process::id()));
+    std::fs::write(&file, "startup-timeout = \"1s\"\n").unwrap();
+    let from_file = binary(
+        &[
+            "run",
+            "--database-url",
+            &url,
+            "--config",
+            file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let from_env = binary(
+        &["run", "--database-url", &url],
+        &[("BATCH_INBOX_STARTUP_TIMEOUT", "1s")],
+    );
+    std::fs::remove_file(&file).unwrap();
+    for out in [from_file, from_env] {
+        assert!(
+            out.failure()
+                .ends_with("(still failing after --startup-timeout 1s)"),
+            "{}",
+            out.stderr
+        );
+    }
     // Zero: one attempt.
     let out = binary(
         &["run", "--database-url", &url, "--startup-timeout", "0"],
