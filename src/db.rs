@@ -295,3 +295,32 @@ pub async fn migrate(pool: &Pool) -> Result<Vec<i32>, DbError> {
 pub async fn check_schema(pool: &Pool) -> Result<(), DbError> {
     schema::check(pool, CORE, MIGRATIONS, CORE_MIGRATE).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(url: &str) -> String {
+        address(&tokio_postgres::Config::from_str(url).expect("a URL"))
+    }
+
+    #[test]
+    fn the_address_names_each_host_with_its_port_and_never_the_password() {
+        assert_eq!(
+            at("postgres://app:Sup3r@db.internal/ledger"),
+            "db.internal:5432"
+        );
+        assert_eq!(at("postgres://app@10.0.0.5:6432/ledger"), "10.0.0.5:6432");
+        assert_eq!(at("postgres://app@[::1]:5433/ledger"), "[::1]:5433");
+        assert_eq!(
+            at("host=a,b port=5433,5434 user=app password=Sup3r dbname=x"),
+            "a:5433,b:5434"
+        );
+        assert_eq!(at("host=a,b port=6000 user=app"), "a:6000,b:6000");
+        assert_eq!(at("host=/run/postgresql user=app"), "/run/postgresql:5432");
+        assert_eq!(
+            at("host=db.internal hostaddr=192.0.2.7 user=app"),
+            "192.0.2.7:5432"
+        );
+    }
+}
