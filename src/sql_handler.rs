@@ -98,7 +98,7 @@ impl SqlHandler {
         Ok(Self { sql, rejections })
     }
 
-    /// Runs the statement on an empty batch (`$1` NULL) in a transaction that is rolled back:
+    /// Runs the statement on an empty batch (`$1` is `[]`) in a transaction that is rolled back:
     /// a privilege its role lacks fails here, before anything is consumed
     /// ([`DbError::Denied`](crate::DbError::Denied)), not on the first batch. `command` names
     /// the command that needs it, for the message.

@@ -3,7 +3,7 @@
 //! stalls on the first batch.
 //!
 //! `PREPARE` checks no privileges, so each of the command's statements is run, on empty input
-//! (every array parameter empty, every other one NULL), inside one transaction that is rolled
+//! (every array parameter empty, a JSON one `[]`, every other one NULL), inside one transaction that is rolled
 //! back, each in a savepoint of its own. PostgreSQL checks a statement's privileges before it
 //! touches any row: a statement that fails for another reason (a NULL in a NOT NULL column)
 //! had its privileges, and one that fails with `insufficient_privilege` (42501) did not; which
@@ -278,8 +278,8 @@ async fn diagnose(
     })
 }
 
-/// A parameter of any type with no value: an empty array for an array parameter, NULL for any
-/// other.
+/// A parameter of any type with no value: an empty array for an array parameter or a JSON one
+/// (`[]`, the SQL handler's empty batch), NULL for any other.
 #[derive(Debug)]
 struct Empty;
 
@@ -291,6 +291,16 @@ impl ToSql for Empty {
     ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
         use bytes::BufMut;
         match ty.kind() {
+            // An empty batch, as the SQL handler's `$1` would be one (jsonb: a version byte).
+            _ if *ty == Type::JSONB => {
+                out.put_u8(1);
+                out.put_slice(b"[]");
+                Ok(IsNull::No)
+            }
+            _ if *ty == Type::JSON => {
+                out.put_slice(b"[]");
+                Ok(IsNull::No)
+            }
             Kind::Array(member) => {
                 // The binary array format: no dimension, no NULL, the element type.
                 out.put_i32(0);
