@@ -100,9 +100,13 @@ impl SqlHandler {
 
     /// Runs the statement on an empty batch (`$1` is `[]`) in a transaction that is rolled back:
     /// a privilege its role lacks fails here, before anything is consumed
-    /// ([`DbError::Denied`](crate::DbError::Denied)), not on the first batch. `command` names
+    /// ([`DbError::Denied`](crate::error::DbError::Denied)), not on the first batch. `command` names
     /// the command that needs it, for the message.
-    pub async fn check_grants(&self, pool: &Pool, command: &str) -> Result<(), crate::DbError> {
+    pub async fn check_grants(
+        &self,
+        pool: &Pool,
+        command: &str,
+    ) -> Result<(), crate::error::DbError> {
         crate::db::check_statement(pool, command, "the SQL handler's statement", &self.sql).await
     }
 
