@@ -1,7 +1,8 @@
 //! The least-privilege role of docs/OPERATIONS.md ("Database roles and grants"): with exactly
 //! the grants listed there (copied below, and checked against the document), the ledger pipeline
 //! drains a real broker's topic (`KAFKA_BROKERS`) to the exact balances, `cleanup` removes the
-//! expired rows of a plain inbox, and `dead-letters redrive` applies what was parked; the SQL
+//! expired rows of a plain inbox, `dead-letters redrive` applies what was parked and `list`
+//! shows it; the SQL
 //! handler's statement on a table the role may not write fails at start.
 
 use batch_inbox_tools::generate::{generate, GeneratorSettings};
@@ -134,6 +135,20 @@ async fn the_listed_grants_run_the_pipeline_the_cleanup_and_a_redrive() {
         "re-driven: applied 3 duplicate 0 rejected 0; still parked: failed again 0 failed \
          decoding again 0"
     );
+    let out = binary(
+        &[
+            "dead-letters",
+            "list",
+            "--database-url",
+            &app,
+            "--topic",
+            &parked,
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout.lines().count(), 3, "{}", out.stdout);
     let balance: i64 = owner
         .query_one(
             "SELECT amount FROM balances WHERE account_id = 1000007",
