@@ -28,7 +28,11 @@ use deadpool_postgres::{Hook, HookError, ManagerConfig, Pool, RecyclingMethod, R
 
 use crate::error::DbError;
 
+mod grants;
 pub(crate) mod schema;
+
+pub(crate) use grants::check_statement;
+pub use grants::{check_grants, Uses};
 
 /// The transaction a batch runs in, and that a [`Handler`](crate::Handler) works in: the pool's
 /// (deadpool-postgres) transaction, so that a handler can use every `tokio_postgres` call on it.
@@ -131,6 +135,7 @@ pub async fn connect_with(
         config.application_name("batch-inbox");
     }
     set_tcp_timeouts(&mut config);
+    let at = address(&config);
     let manager = crate::db_tls::manager(
         config,
         ManagerConfig {
@@ -153,8 +158,98 @@ pub async fn connect_with(
         }));
     }
     let pool = builder.build().map_err(|e| DbError::Build(e.to_string()))?;
-    drop(pool.get().await?);
+    match pool.get().await {
+        Ok(client) => drop(client),
+        Err(error) => return Err(DbError::Connect { at, error }),
+    }
     Ok(pool)
+}
+
+/// Where `config` connects: each host with its port (`127.0.0.1:5432`, a socket directory
+/// `/run/postgresql:5432`), comma-separated; a `hostaddr` stands for its host. Never the
+/// password, which is not part of it.
+fn address(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let hosts: Vec<String> = match config.get_hostaddrs() {
+        [] => config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                Host::Tcp(name) => name.clone(),
+                #[cfg(unix)]
+                Host::Unix(path) => path.display().to_string(),
+            })
+            .collect(),
+        addrs => addrs.iter().map(|a| a.to_string()).collect(),
+    };
+    let ports = config.get_ports();
+    let port = |i: usize| match ports {
+        [] => 5432,
+        [one] => *one,
+        many => many.get(i).copied().unwrap_or(5432),
+    };
+    let each: Vec<String> = match hosts.is_empty() {
+        true => vec![format!("localhost:{}", port(0))],
+        false => hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| match h.parse::<std::net::Ipv6Addr>() {
+                Ok(_) => format!("[{h}]:{}", port(i)),
+                Err(_) => format!("{h}:{}", port(i)),
+            })
+            .collect(),
+    };
+    each.join(",")
+}
+
+/// [`connect_with`], retried while the database cannot be reached yet ([`DbError::is_transient`]:
+/// refused, timed out, starting up), for at most `within`: a database started beside the
+/// processor is waited for (`within` zero: one attempt). Anything else (a refused password, no such database) fails at
+/// once. After `within`, the last failure, which names the address once.
+pub async fn connect_within(
+    url: &str,
+    size: usize,
+    options: ConnectOptions,
+    within: Duration,
+) -> Result<Pool, DbError> {
+    if within.is_zero() {
+        return connect_with(url, size, options).await;
+    }
+    let deadline = tokio::time::Instant::now() + within;
+    let mut delay = Duration::from_millis(100);
+    let mut last = None;
+    loop {
+        let attempt = tokio::time::timeout_at(deadline, connect_with(url, size, options)).await;
+        let failed = match attempt {
+            Ok(Ok(pool)) => return Ok(pool),
+            Ok(Err(e)) if e.is_transient() => e,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(last.unwrap_or_else(|| no_answer(url))),
+        };
+        if last.is_none() {
+            tracing::info!(
+                "{}; retrying for at most {} s",
+                crate::error::chain(&failed),
+                within.as_secs()
+            );
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Err(failed);
+        }
+        last = Some(failed);
+        tokio::time::sleep_until((now + delay).min(deadline)).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// The failure of a first attempt that got no answer at all before the deadline.
+fn no_answer(url: &str) -> DbError {
+    let at = tokio_postgres::Config::from_str(url).map_or_else(|_| String::new(), |c| address(&c));
+    DbError::Connect {
+        at,
+        error: deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Create),
+    }
 }
 
 /// Keepalives and `TCP_USER_TIMEOUT`, where the URL does not set them (libpq's names:
@@ -204,4 +299,33 @@ pub async fn migrate(pool: &Pool) -> Result<Vec<i32>, DbError> {
 /// [`DbError::LegacySchema`] when `schema_migrations` has not been re-recorded by owner yet).
 pub async fn check_schema(pool: &Pool) -> Result<(), DbError> {
     schema::check(pool, CORE, MIGRATIONS, CORE_MIGRATE).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(url: &str) -> String {
+        address(&tokio_postgres::Config::from_str(url).expect("a URL"))
+    }
+
+    #[test]
+    fn the_address_names_each_host_with_its_port_and_never_the_password() {
+        assert_eq!(
+            at("postgres://app:Sup3r@db.internal/ledger"),
+            "db.internal:5432"
+        );
+        assert_eq!(at("postgres://app@10.0.0.5:6432/ledger"), "10.0.0.5:6432");
+        assert_eq!(at("postgres://app@[::1]:5433/ledger"), "[::1]:5433");
+        assert_eq!(
+            at("host=a,b port=5433,5434 user=app password=Sup3r dbname=x"),
+            "a:5433,b:5434"
+        );
+        assert_eq!(at("host=a,b port=6000 user=app"), "a:6000,b:6000");
+        assert_eq!(at("host=/run/postgresql user=app"), "/run/postgresql:5432");
+        assert_eq!(
+            at("host=db.internal hostaddr=192.0.2.7 user=app"),
+            "192.0.2.7:5432"
+        );
+    }
 }

@@ -33,6 +33,9 @@ pub const fn linger_ms(batching: crate::batcher::Batching) -> u64 {
         crate::batcher::Batching::Natural => NATURAL_MIN_WAIT_MS,
     }
 }
+/// How long `run`'s start-up may take (`--startup-timeout`): the database's first connection
+/// retried while it is unreachable, the schema and the grants checked, the broker probed.
+pub const STARTUP_TIMEOUT_FLAG: &str = "60s";
 /// Database connections.
 pub const POOL_SIZE: NonZeroUsize = NonZeroUsize::new(8).expect("8 is not zero");
 /// Header carrying the message id.

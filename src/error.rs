@@ -13,10 +13,54 @@ mod fault;
 pub use fault::Fault;
 pub(crate) use fault::{classify_db, is_retryable_db};
 
-/// An error with its causes, each once (a wrapper that displays its cause is not repeated).
+/// An error with its causes, each once, on one line: a wrapper that displays its cause is not
+/// repeated, and a PostgreSQL or pool error is said the way [`pg_line`] and [`pool_line`] say
+/// it (the driver's own words, `db error`, and the server's multi-line text are not).
 pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
+    let mut text = String::new();
+    let mut node = Some(error);
+    while let Some(e) = node {
+        let (own, next) = match (
+            e.downcast_ref::<tokio_postgres::Error>(),
+            e.downcast_ref::<PoolError>(),
+        ) {
+            (Some(pg), _) => (pg_line(pg), None),
+            (None, Some(pool)) => (pool_line(pool), None),
+            (None, None) => (one_line(&e.to_string()), e.source()),
+        };
+        if text.is_empty() {
+            text = own;
+        } else if !own.is_empty() && !text.ends_with(&own) {
+            text.push_str(": ");
+            text.push_str(&own);
+        }
+        node = next;
+    }
+    text
+}
+
+/// `text` on one line: its line breaks and runs of blanks become one space.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A PostgreSQL error on one line, as a person would say it: the server's message, with its
+/// detail and hint (`permission denied for table inbox`); for a failure on the client's side,
+/// the driver's words and their cause once (`error connecting to server: Connection refused (os
+/// error 111)`).
+pub(crate) fn pg_line(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut text = db.message().to_owned();
+        if let Some(detail) = db.detail() {
+            text.push_str(&format!(" (detail: {detail})"));
+        }
+        if let Some(hint) = db.hint() {
+            text.push_str(&format!(" (hint: {hint})"));
+        }
+        return one_line(&text);
+    }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {
         let c_text = c.to_string();
         if !text.ends_with(&c_text) {
@@ -25,7 +69,44 @@ pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
         }
         cause = c.source();
     }
-    text
+    one_line(&text)
+}
+
+/// A pool's failure on one line: the database's error behind it ([`pg_line`]), or what the pool
+/// waited for.
+pub(crate) fn pool_line(e: &PoolError) -> String {
+    use deadpool_postgres::HookError;
+    match e {
+        PoolError::Backend(e) | PoolError::PostCreateHook(HookError::Backend(e)) => pg_line(e),
+        PoolError::PostCreateHook(HookError::Message(m)) => one_line(m),
+        other => other.to_string(),
+    }
+}
+
+/// Why connecting failed, without the driver's `error connecting to server` (the caller says
+/// that): the operating system's reason (`Connection refused (os error 111)`), or the server's
+/// (`password authentication failed for user "app"`).
+fn connect_line(e: &PoolError) -> String {
+    if let PoolError::Timeout(_) = e {
+        return "no answer (timed out)".to_owned();
+    }
+    if let PoolError::Backend(pg) = e {
+        if pg.as_db_error().is_none() {
+            if let Some(io) =
+                std::error::Error::source(pg).and_then(|s| s.downcast_ref::<std::io::Error>())
+            {
+                return io.to_string();
+            }
+        }
+    }
+    pool_line(e)
+}
+
+/// `error` on one line, each cause once, as the binary prints it: a wrapper that displays its
+/// cause is not repeated, and a PostgreSQL error is said by its server message (no `db error:
+/// db error: ERROR: …`), its detail and hint on the same line.
+pub fn one_line_error(error: &(dyn std::error::Error + 'static)) -> String {
+    chain(error)
 }
 
 /// Failure of a handler's business logic.
@@ -33,7 +114,7 @@ pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 #[non_exhaustive]
 pub enum HandlerError {
     /// A statement the handler ran failed; classified by its SQLSTATE (the table of [`Fault`]).
-    #[error("handler statement failed: {0}")]
+    #[error("handler statement failed: {}", pg_line(.0))]
     Db(#[from] tokio_postgres::Error),
     /// The handler says a message of the batch is bad: the batch is bisected and that message
     /// dead-lettered. (A message the handler refuses on purpose is a
@@ -79,13 +160,13 @@ impl HandlerError {
 #[non_exhaustive]
 pub enum InboxError {
     /// No connection could be had from the pool.
-    #[error("database pool: {0}")]
+    #[error("database pool: {}", pool_line(.0))]
     Pool(#[from] PoolError),
     /// An inbox statement or the COMMIT failed.
-    #[error("database: {0}")]
+    #[error("database: {}", pg_line(.0))]
     Db(#[from] tokio_postgres::Error),
     /// The statement writing the batch's dead letters failed.
-    #[error("dead letters: {0}")]
+    #[error("dead letters: {}", pg_line(.0))]
     DeadLetters(tokio_postgres::Error),
     /// The handler failed; the batch was rolled back.
     #[error(transparent)]
@@ -256,8 +337,8 @@ pub enum RunError {
         /// Its offset.
         offset: i64,
     },
-    /// The database could not be reached or prepared.
-    #[error("database: {0}")]
+    /// The database could not be reached or prepared (its error says so).
+    #[error(transparent)]
     Db(#[from] DbError),
     /// A partition's records went back to an offset below the next one expected: the client
     /// reset its position to the start of another log (the topic deleted and re-created, or the
@@ -315,11 +396,52 @@ pub enum DbError {
     #[error("cannot set up TLS to the database: {0}")]
     Tls(String),
     /// A connection could not be had.
-    #[error("cannot connect to the database: {0}")]
+    #[error("cannot connect to the database: {}", pool_line(.0))]
     Pool(#[from] PoolError),
     /// A statement failed.
-    #[error("database: {0}")]
+    #[error("database: {}", pg_line(.0))]
     Postgres(#[from] tokio_postgres::Error),
+    /// The first connection failed: the database's address (hosts and ports, never the URL's
+    /// password) and the reason, once.
+    #[error("cannot connect to the database at {at}: {}", connect_line(.error))]
+    Connect {
+        /// `host:port` (several, comma-separated, when the URL names several; a socket
+        /// directory for a Unix socket).
+        at: String,
+        /// The pool's failure (said by the message, so not its source).
+        error: PoolError,
+    },
+    /// The role lacks a privilege a command needs (found at start, by running the command's
+    /// statements on empty input in a transaction that is rolled back).
+    #[error(
+        "the database role {role:?} lacks {privilege} on table {table}, which `{command}` needs: \
+         GRANT {privilege} ON {table} TO {role:?} (docs/OPERATIONS.md, \"Database roles and \
+         grants\")"
+    )]
+    Grant {
+        /// The role (`current_user`).
+        role: String,
+        /// The table.
+        table: String,
+        /// The privilege (`SELECT`, `INSERT`, `UPDATE`, `DELETE`).
+        privilege: String,
+        /// The command that needs it (`run`, `dead-letters redrive`, …).
+        command: String,
+    },
+    /// The role may not run a statement a command needs, for a reason that is not one table's
+    /// privilege (the SQL handler's statement, a schema's `USAGE`, a table's owner): the
+    /// server's message.
+    #[error("the database role {role:?} cannot run {what}, which `{command}` needs: {message}")]
+    Denied {
+        /// The role (`current_user`).
+        role: String,
+        /// What it cannot run (`the --apply-sql statement`, `the inbox's partition upkeep`).
+        what: String,
+        /// The command that needs it.
+        command: String,
+        /// The server's message (`permission denied for table accounts`).
+        message: String,
+    },
     /// An owner's tables are older than this binary.
     #[error(
         "database schema: the {owner}'s tables are at version {have}, this binary needs {want}: \
@@ -359,6 +481,21 @@ pub enum DbError {
 }
 
 impl DbError {
+    /// Whether trying again soon may succeed: the server is not up yet or not reachable (refused,
+    /// timed out, starting up, too many connections). A refused password, a missing database
+    /// or grant, or a schema behind are not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            DbError::Pool(e) | DbError::Connect { error: e, .. } => match e {
+                PoolError::Backend(pg) => is_retryable_db(pg),
+                PoolError::Timeout(_) => true,
+                _ => false,
+            },
+            DbError::Postgres(pg) => is_retryable_db(pg),
+            _ => false,
+        }
+    }
+
     /// This error with `migrate` (quoted) as the command that fixes it, when it is a schema
     /// behind; any other error unchanged. A caller that knows the handler names its `migrate`.
     pub fn with_migrate(self, migrate: &'static str) -> Self {

@@ -83,12 +83,16 @@ impl OpsState {
     /// number of assigned partitions when ready.
     pub async fn readiness(&self) -> Result<i64, NotReady> {
         let query = async {
-            let scrubbed = |e: &dyn std::fmt::Display| self.database_url.scrub(&e.to_string());
-            let client = self.probe.get().await.map_err(|e| scrubbed(&e))?;
+            let scrubbed = |text: String| self.database_url.scrub(&text);
+            let client = self
+                .probe
+                .get()
+                .await
+                .map_err(|e| scrubbed(crate::error::pool_line(&e)))?;
             client
                 .simple_query("SELECT 1")
                 .await
-                .map_err(|e| scrubbed(&e))
+                .map_err(|e| scrubbed(crate::error::pg_line(&e)))
         };
         match tokio::time::timeout(self.probe_timeout, query).await {
             Ok(Ok(_)) => {}

@@ -113,7 +113,7 @@
 //! - `redrive`: dead letters listed and re-driven through the handler (the inbox's own dedup and
 //!   handler step, `inbox::apply_within`), marked, never deleted.
 //! - `retention`, `db`, `db_tls`, `error`, `failpoint`, `unsafe_controls`: inbox retention, the
-//!   pool and migrations, TLS, error types, and the test-only hooks.
+//!   pool, migrations and the grants checked at start, TLS, error types, and the test-only hooks.
 #![warn(missing_docs, unreachable_pub, unnameable_types)]
 
 pub mod batcher;
@@ -155,7 +155,8 @@ pub use batcher::{BatcherSettings, Batching};
 pub use consumer::KafkaSettings;
 pub use db::Transaction;
 pub use error::{
-    DbError, Fault, HandlerError, InboxError, KafkaClientError, RefusedSetting, RunError,
+    one_line_error, DbError, Fault, HandlerError, InboxError, KafkaClientError, RefusedSetting,
+    RunError,
 };
 pub use handler::{Handler, Rejection};
 pub use inbox::Mode;

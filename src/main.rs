@@ -68,7 +68,7 @@ async fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", batch_inbox::one_line_error(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }
@@ -100,7 +100,10 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
 
 async fn cleanup(args: CleanupCommandArgs) -> anyhow::Result<()> {
     let pool = db::connect(args.db.database_url.expose(), 1).await?;
+    db::check_grants(&pool, "cleanup", &[db::Uses::SchemaVersions]).await?;
     db::check_schema(&pool).await?;
+    let uses = [db::Uses::Retention, db::Uses::PartitionUpkeep];
+    db::check_grants(&pool, "cleanup", &uses).await?;
     let settings = args.cleanup.settings(args.retention);
     let stop = tokio_util::sync::CancellationToken::new();
     let on_signal = stop.clone();
@@ -117,7 +120,10 @@ async fn cleanup(args: CleanupCommandArgs) -> anyhow::Result<()> {
 async fn list(args: ListArgs) -> anyhow::Result<()> {
     use std::io::Write;
     let pool = db::connect(args.db.database_url.expose(), 1).await?;
+    let command = "dead-letters list";
+    db::check_grants(&pool, command, &[db::Uses::SchemaVersions]).await?;
     db::check_schema(&pool).await?;
+    db::check_grants(&pool, command, &[db::Uses::ReadDeadLetters]).await?;
     let letters = redrive::list(&pool, &args.filter()).await?;
     let mut out = std::io::stdout().lock();
     let written = match args.json {
@@ -134,9 +140,11 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
 
 async fn redrive(args: RedriveArgs) -> anyhow::Result<()> {
     let pool = db::connect(args.db.database_url.expose(), 1).await?;
-    check_schema(&pool, args.handler.kind).await?;
+    let command = "dead-letters redrive";
+    check_schema(&pool, command, args.handler.kind).await?;
     let selection = args.selection();
     if args.dry_run {
+        db::check_grants(&pool, command, &[db::Uses::ReadDeadLetters]).await?;
         let letters = redrive::preview(&pool, &selection).await?;
         print!("{}", redrive::table(&letters));
         println!(
@@ -145,7 +153,12 @@ async fn redrive(args: RedriveArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let report = match sql_handler(&pool, &args.handler).await? {
+    let mut uses = vec![db::Uses::Redrive];
+    if args.handler.kind == HandlerKind::Ledger {
+        uses.push(db::Uses::Ledger);
+    }
+    db::check_grants(&pool, command, &uses).await?;
+    let report = match sql_handler(&pool, command, &args.handler).await? {
         Some(handler) => redrive::redrive(&pool, &handler, &selection).await?,
         None => redrive::redrive(&pool, &Ledger, &selection).await?,
     };
@@ -192,19 +205,60 @@ async fn start_maintenance(
     Ok(Some(Maintenance { stop, task }))
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
+/// The database's part of `run`'s start-up, within `--startup-timeout`: the first connection
+/// (retried while the database cannot be reached), the schema, the role's grants for what this
+/// run does, and the SQL handler's statement. Each failure is one line (exit 1).
+async fn start_database(
+    args: &RunArgs,
+) -> anyhow::Result<(deadpool_postgres::Pool, Option<SqlHandler>)> {
+    let within = args.startup_timeout;
+    let deadline = tokio::time::Instant::now() + within;
     let options = db::ConnectOptions {
         statement_timeout: Some(args.pipeline.statement_timeout).filter(|t| !t.is_zero()),
     };
-    let pool = db::connect_with(
-        args.db.database_url.expose(),
-        args.pipeline.pool_size.get(),
-        options,
-    )
-    .await?;
-    check_schema(&pool, args.handler.kind).await?;
-    // Before anything else starts: a statement that cannot run ends the process here.
-    let sql = sql_handler(&pool, &args.handler).await?;
+    let url = args.db.database_url.expose();
+    let size = args.pipeline.pool_size.get();
+    let pool = db::connect_within(url, size, options, within)
+        .await
+        .map_err(|e| match e.is_transient() {
+            true => anyhow::anyhow!(
+                "{} (still failing after --startup-timeout {within:?})",
+                batch_inbox::one_line_error(&e)
+            ),
+            false => e.into(),
+        })?;
+    let checks = async {
+        check_schema(&pool, "run", args.handler.kind).await?;
+        let mut uses = vec![db::Uses::Inbox, db::Uses::PartitionUpkeep];
+        if args.offsets_in_db {
+            uses.push(db::Uses::OffsetsInDb);
+        }
+        if args.retention.is_some() {
+            uses.push(db::Uses::Retention);
+        }
+        if args.handler.kind == HandlerKind::Ledger {
+            uses.push(db::Uses::Ledger);
+        }
+        db::check_grants(&pool, "run", &uses).await?;
+        // Before anything else starts: a statement that cannot run ends the process here.
+        sql_handler(&pool, "run", &args.handler).await
+    };
+    let sql = match within.is_zero() {
+        true => checks.await?,
+        false => tokio::time::timeout_at(deadline, checks)
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "the database did not answer the start-up checks (schema, grants) within \
+                     --startup-timeout {within:?}"
+                )
+            })??,
+    };
+    Ok((pool, sql))
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let (pool, sql) = start_database(&args).await?;
     let maintenance = start_maintenance(&args, &pool).await?;
     let started = std::time::Instant::now();
     // The latency distributions are kept only for a stats file.
@@ -267,7 +321,12 @@ fn settings_of(args: &RunArgs) -> RunSettings {
 
 /// Fails unless the tables `handler` needs are current: the core's, and with the ledger the
 /// ledger's too. A schema behind names the `migrate` of this handler.
-async fn check_schema(pool: &deadpool_postgres::Pool, handler: HandlerKind) -> Result<(), DbError> {
+async fn check_schema(
+    pool: &deadpool_postgres::Pool,
+    command: &str,
+    handler: HandlerKind,
+) -> Result<(), DbError> {
+    db::check_grants(pool, command, &[db::Uses::SchemaVersions]).await?;
     let checked = match handler {
         HandlerKind::Sql => db::check_schema(pool).await,
         HandlerKind::Ledger => match db::check_schema(pool).await {
@@ -289,6 +348,7 @@ fn migrate_command(handler: HandlerKind) -> &'static str {
 /// The SQL handler of `--handler sql`, its statements prepared (`None`: the ledger).
 async fn sql_handler(
     pool: &deadpool_postgres::Pool,
+    command: &str,
     args: &HandlerArgs,
 ) -> anyhow::Result<Option<SqlHandler>> {
     if args.kind != HandlerKind::Sql {
@@ -298,6 +358,7 @@ async fn sql_handler(
     let mut fallback = None;
     for apply in &args.apply_sql {
         let statement = prepare_sql(pool, apply).await?;
+        statement.check_grants(pool, command).await?;
         match &apply.topic {
             Some(topic) => by_topic.push((topic.clone(), statement)),
             None => fallback = Some(statement),

@@ -24,7 +24,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use uuid::Uuid;
 
 use crate::consumer::{AssignHook, GroupContext};
-use crate::error::RunError;
+use crate::error::{one_line_error, RunError};
 use crate::offset_table;
 use crate::sql::{READ_TOPIC_IDS, RECORD_TOPIC_ID};
 use crate::stats::Stats;
@@ -114,11 +114,11 @@ fn replaced_topics(
     // SAFETY: the callers pass the handle of a consumer they hold for the call.
     let described = unsafe { topic_id::describe(rk, &names, LOOKUP_TIMEOUT) }?;
     let recorded = block_on_pool(async {
-        let client = pool.get().await.map_err(|e| e.to_string())?;
+        let client = pool.get().await.map_err(|e| one_line_error(&e))?;
         let rows = client
             .query(READ_TOPIC_IDS, &[&group, &topics])
             .await
-            .map_err(|e| format!("cannot read consumer_topics: {e}"))?;
+            .map_err(|e| format!("cannot read consumer_topics: {}", one_line_error(&e)))?;
         let by_topic: HashMap<String, Recorded> = rows
             .iter()
             .map(|r| {
@@ -162,12 +162,12 @@ fn replaced_topics(
     }
     if record && !to_record.is_empty() {
         block_on_pool(async {
-            let client = pool.get().await.map_err(|e| e.to_string())?;
+            let client = pool.get().await.map_err(|e| one_line_error(&e))?;
             for (topic, id) in &to_record {
                 client
                     .execute(RECORD_TOPIC_ID, &[&group, topic, id])
                     .await
-                    .map_err(|e| format!("cannot record the topic id: {e}"))?;
+                    .map_err(|e| format!("cannot record the topic id: {}", one_line_error(&e)))?;
             }
             Ok::<_, String>(())
         })?;

@@ -33,10 +33,10 @@ use partition::{DdlOutcome, DEFAULT_PARTITION};
 #[derive(Debug, thiserror::Error)]
 pub enum RetentionError {
     /// No connection could be had from the pool.
-    #[error("database pool: {0}")]
+    #[error("database pool: {}", crate::error::pool_line(.0))]
     Pool(#[from] PoolError),
     /// A statement failed.
-    #[error("database: {0}")]
+    #[error("database: {}", crate::error::pg_line(.0))]
     Db(#[from] tokio_postgres::Error),
     /// There is no inbox table yet.
     #[error("there is no inbox table: run `batch-inbox migrate`")]

@@ -71,7 +71,7 @@ pub enum SqlError {
     #[error("the file holds no SQL statement")]
     Empty,
     /// No connection to prepare it on.
-    #[error("no database connection to prepare the statement: {0}")]
+    #[error("no database connection to prepare the statement: {}", crate::error::pool_line(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
     /// PostgreSQL refused to prepare it (its message, on one line).
     #[error("the statement does not prepare: {0}")]
@@ -122,6 +122,18 @@ impl SqlStatement {
         }
         let rejections = RejectionColumns::of(stmt.columns()).map_err(SqlError::Result)?;
         Ok(Self { sql, rejections })
+    }
+
+    /// Runs the statement on an empty batch (`$1` is `[]`) in a transaction that is rolled back:
+    /// a privilege its role lacks fails here, before anything is consumed
+    /// ([`DbError::Denied`](crate::error::DbError::Denied)), not on the first batch. `command` names
+    /// the command that needs it, for the message.
+    pub async fn check_grants(
+        &self,
+        pool: &Pool,
+        command: &str,
+    ) -> Result<(), crate::error::DbError> {
+        crate::db::check_statement(pool, command, "the SQL handler's statement", &self.sql).await
     }
 
     /// Whether the statement's result names rejections (`message_id` and `reason` columns).
@@ -199,6 +211,18 @@ impl SqlHandler {
             Some(t) => Err(RouteError::NoStatement(t.clone())),
             None => Ok(()),
         }
+    }
+
+    /// [`SqlStatement::check_grants`] of every statement.
+    pub async fn check_grants(
+        &self,
+        pool: &Pool,
+        command: &str,
+    ) -> Result<(), crate::error::DbError> {
+        for statement in self.fallback.iter().chain(self.by_topic.values()) {
+            statement.check_grants(pool, command).await?;
+        }
+        Ok(())
     }
 
     /// Whether a statement's result names rejections (`message_id` and `reason` columns).

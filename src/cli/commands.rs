@@ -58,6 +58,15 @@ pub struct RunArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub kafka: KafkaArgs,
+    /// How long start-up may take before the process exits 1 (`60s`, `2m`): the database is
+    /// retried while it cannot be reached, then its schema and the role's grants are checked.
+    #[arg(
+        long,
+        env = "BATCH_INBOX_STARTUP_TIMEOUT",
+        default_value = defaults::STARTUP_TIMEOUT_FLAG,
+        value_parser = parse_interval
+    )]
+    pub startup_timeout: Duration,
     /// Consumer group.
     #[arg(long, env = "BATCH_INBOX_GROUP", default_value = defaults::GROUP)]
     pub group: String,

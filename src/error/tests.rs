@@ -91,3 +91,28 @@ fn a_handler_error_is_the_message_s_fault_only_when_it_says_so() {
     assert_eq!(HandlerError::Other(boxed()).fault(), Fault::Environment);
     assert!(!HandlerError::Other(boxed()).is_retryable());
 }
+
+/// A wrapper that says its cause, and the cause itself.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot do it: {source}")]
+struct Says {
+    source: std::io::Error,
+}
+
+/// A wrapper that does not say its cause.
+#[derive(Debug, thiserror::Error)]
+#[error("step failed")]
+struct Silent {
+    #[source]
+    source: Says,
+}
+
+#[test]
+fn an_error_chain_says_each_cause_once_on_one_line() {
+    let io = std::io::Error::other("disk\nfull");
+    let silent = Silent {
+        source: Says { source: io },
+    };
+    assert_eq!(chain(&silent), "step failed: cannot do it: disk full");
+    assert_eq!(one_line_error(&silent), chain(&silent));
+}

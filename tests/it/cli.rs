@@ -43,6 +43,8 @@ fn unreachable_database_fails_before_consuming() {
         "--brokers",
         "127.0.0.1:1",
         "--exit-on-eof",
+        "--startup-timeout",
+        "0",
     ]);
     assert_eq!(code, 1);
     assert_eq!(err.lines().count(), 1, "{err}");

@@ -39,6 +39,7 @@ mod retry;
 mod secrets;
 mod sql_handler;
 mod stalls;
+mod startup;
 mod statements;
 mod topic_changes;
 mod topic_retention;

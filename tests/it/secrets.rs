@@ -148,8 +148,11 @@ fn print_config_hides_every_password_form_from_flags_env_and_file() {
 #[test]
 fn an_unreachable_database_is_reported_without_its_password() {
     for url in url_forms("127.0.0.1:1", "none") {
-        for sub in ["run", "migrate"] {
-            let out = binary(&[sub, "--database-url", &url], &[]);
+        for args in [&["run", "--startup-timeout", "1s"][..], &["migrate"]] {
+            let sub = args[0];
+            let mut args = args.to_vec();
+            args.extend(["--database-url", &url]);
+            let out = binary(&args, &[]);
             assert_eq!(out.code, 1, "{sub} {url}: {}", out.stderr);
             assert!(
                 out.stderr
@@ -349,4 +352,98 @@ async fn a_run_through_an_outage_logs_no_secret_and_readyz_tells_only_the_reason
         "the reason is logged: {all}"
     );
     assert!(all.contains("records 20 new 20 "), "{}", out.stdout);
+}
+
+/// The start-up failures of `tests/it/startup.rs`, each with the password in the database URL:
+/// a password refused by the server (in every URL form), a role without a grant, a SQL handler's
+/// statement the role may not run, a schema behind. None shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_failures_show_no_password() {
+    use crate::startup::{as_role, fresh_role, password_cluster, role_name, roles};
+    let (pg, db) = password_cluster("the-Right-1").await;
+    let host = format!("127.0.0.1:{}", pg.port);
+    let forms = [
+        format!("postgres://app:{PW}@{host}/{db}"),
+        format!("postgresql://app@{host}/{db}?password={PW}"),
+        format!(
+            "host=127.0.0.1 port={} user=app password={PW} dbname={db}",
+            pg.port
+        ),
+        format!(
+            "host=127.0.0.1 port={} user=app password='{PW} with spaces' dbname={db}",
+            pg.port
+        ),
+    ];
+    for url in &forms {
+        for args in [
+            &["run", "--startup-timeout", "5s"][..],
+            &["migrate"],
+            &["cleanup", "--retention", "7d"],
+        ] {
+            let mut args = args.to_vec();
+            args.extend(["--database-url", url]);
+            let out = binary(&args, &[]);
+            assert_eq!(out.code, 1, "{args:?}: {}", out.stderr);
+            assert!(
+                out.stderr
+                    .contains("password authentication failed for user \"app\""),
+                "{}",
+                out.stderr
+            );
+            assert_hidden(&format!("{args:?}"), &out);
+        }
+    }
+    // A role of the shared cluster (trusted: the URL's password is ignored) without a grant.
+    let (url, pool) = fresh_db("secrets_grants").await;
+    let role = role_name("secrets_grants_app");
+    fresh_role(&role).await;
+    let c = pool.get().await.unwrap();
+    c.batch_execute(&roles::grants(&role)).await.unwrap();
+    c.batch_execute(&format!("REVOKE INSERT ON balances FROM {role}"))
+        .await
+        .unwrap();
+    let app = as_role(&url, &role).replacen(&format!("{role}@"), &format!("{role}:{PW}@"), 1);
+    let upsert = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/sql/balances_upsert.sql"
+    );
+    let cases: [&[&str]; 3] = [
+        &["run", "--brokers", "127.0.0.1:1"],
+        &["dead-letters", "redrive"],
+        &[
+            "run",
+            "--brokers",
+            "127.0.0.1:1",
+            "--handler",
+            "sql",
+            "--apply-sql",
+            upsert,
+        ],
+    ];
+    for args in cases {
+        let mut args = args.to_vec();
+        args.extend(["--database-url", &app]);
+        let out = binary(&args, &[]);
+        assert_eq!(out.code, 1, "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains("balances"), "{}", out.stderr);
+        assert_hidden(&format!("{args:?}"), &out);
+    }
+    // A schema behind.
+    let (url, _pool) = common::empty_db("secrets_no_schema").await;
+    let url = url.replacen("postgres@", &format!("postgres:{PW}@"), 1);
+    for args in [
+        &["run", "--brokers", "127.0.0.1:1"][..],
+        &["dead-letters", "list"],
+    ] {
+        let mut args = args.to_vec();
+        args.extend(["--database-url", &url]);
+        let out = binary(&args, &[]);
+        assert_eq!(out.code, 1, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("run `batch-inbox migrate"),
+            "{}",
+            out.stderr
+        );
+        assert_hidden(&format!("{args:?}"), &out);
+    }
 }

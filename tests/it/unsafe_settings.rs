@@ -18,6 +18,8 @@ fn run(args: &[&str], file: &str) -> (i32, String) {
             "run",
             "--database-url",
             "postgres://postgres@127.0.0.1:1/none",
+            "--startup-timeout",
+            "0",
         ])
         .args([
             "--brokers",

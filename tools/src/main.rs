@@ -36,7 +36,7 @@ async fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", batch_inbox::one_line_error(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }
