@@ -12,6 +12,7 @@
 //! refused ([`refused`]).
 
 mod input;
+mod probe;
 pub(crate) mod refused;
 mod revoke;
 mod settings;

@@ -58,6 +58,8 @@ pub const RETENTION: Duration = Duration::from_secs(7 * 86_400);
 pub const LOG_INTERVAL: &str = "10s";
 /// Stats file rewrite interval.
 pub const STATS_INTERVAL: &str = "1s";
+/// How long `run` waits at start for the brokers (`--startup-timeout`).
+pub const STARTUP_TIMEOUT: &str = "60s";
 /// `--max-poison-rate`: 20 poison dead letters per partition and minute
 /// ([`crate::worker::PoisonRate::DEFAULT`] says why).
 pub const MAX_POISON_RATE: &str = "20/1m";

@@ -154,7 +154,8 @@ pub use batcher::{BatcherSettings, Batching};
 pub use consumer::KafkaSettings;
 pub use db::Transaction;
 pub use error::{
-    DbError, Fault, HandlerError, InboxError, KafkaClientError, RefusedSetting, RunError,
+    DbError, Fault, HandlerError, InboxError, KafkaClientError, KafkaStartupError, RefusedSetting,
+    RunError,
 };
 pub use handler::{Handler, Rejection};
 pub use inbox::Mode;

@@ -203,6 +203,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     check_schema(&pool, args.handler.kind).await?;
     // Before anything else starts: a statement that cannot run ends the process here.
     let sql = sql_handler(&pool, &args.handler).await?;
+    // Before anything is consumed: refused credentials, a failed handshake, a missing ACL or no
+    // broker within --startup-timeout end the process here, with the cause.
+    args.processor()
+        .kafka
+        .probe(args.startup.startup_timeout)
+        .await?;
     let maintenance = start_maintenance(&args, &pool).await?;
     let started = std::time::Instant::now();
     // The latency distributions are kept only for a stats file.

@@ -123,6 +123,21 @@ pub struct PipelineArgs {
     pub statement_timeout: Duration,
 }
 
+/// Start-up of `run`.
+#[derive(Debug, Clone, Args)]
+pub struct StartupArgs {
+    /// How long `run` waits at start for the brokers to answer its probe (the topic's metadata,
+    /// the group's committed offsets) before it exits 1 with the cause: `60s`, `5s`. Refused
+    /// credentials, a failed TLS handshake and a refused ACL end it at once.
+    #[arg(
+        long,
+        env = "BATCH_INBOX_STARTUP_TIMEOUT",
+        default_value = defaults::STARTUP_TIMEOUT,
+        value_parser = parse_interval
+    )]
+    pub startup_timeout: Duration,
+}
+
 /// Longest batch linger: far beyond any useful one, and far from overflowing a deadline.
 const MAX_LINGER_MS: u64 = 3_600_000;
 

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use batch_inbox::{defaults, parse_interval, KafkaSettings, ProcessorConfig};
 
-use super::args::{DbArgs, KafkaArgs, PipelineArgs};
+use super::args::{DbArgs, KafkaArgs, PipelineArgs, StartupArgs};
 use super::dead_letters::DeadLettersArgs;
 use super::handler::HandlerArgs;
 use super::logging::LogFormat;
@@ -100,6 +100,9 @@ pub struct RunArgs {
     #[cfg(feature = "unsafe-controls")]
     #[arg(long, hide = true, env = "BATCH_INBOX_UNSAFE_NO_INBOX")]
     pub unsafe_no_inbox: bool,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub startup: StartupArgs,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub ops: OpsArgs,
