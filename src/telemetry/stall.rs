@@ -37,11 +37,14 @@ pub(crate) struct Stalls {
     retries: Family<StateLabel, Counter>,
 }
 
+/// A partition's labels; the member-level series (partition -1, a stall of the group member
+/// itself, such as refused offset commits) is `partition="member"`.
 fn labels(topic: &str, partition: i32) -> PartitionLabels {
-    [
-        ("topic", topic.to_owned()),
-        ("partition", partition.to_string()),
-    ]
+    let partition = match partition {
+        -1 => "member".to_owned(),
+        p => p.to_string(),
+    };
+    [("topic", topic.to_owned()), ("partition", partition)]
 }
 
 impl Stalls {
@@ -104,6 +107,12 @@ impl Stalls {
         let parts: Vec<String> = now
             .iter()
             .map(|((t, p), s)| match s.kafka {
+                Some(what) if *p == -1 => {
+                    format!(
+                        "{t} member (Kafka: {what}, {} s)",
+                        s.since.elapsed().as_secs()
+                    )
+                }
                 Some(what) => format!("{t}/{p} (Kafka: {what}, {} s)", s.since.elapsed().as_secs()),
                 None => format!(
                     "{t}/{p} ({}SQLSTATE {}, {} s)",
@@ -117,9 +126,13 @@ impl Stalls {
                 ),
             })
             .collect();
+        let partitions = now.keys().filter(|(_, p)| *p != -1).count();
+        let what = match partitions {
+            0 => "the group member stalled".to_owned(),
+            n => format!("{n} partition(s) stalled"),
+        };
         Some(format!(
-            "{} partition(s) stalled, not the messages' fault: {}",
-            now.len(),
+            "{what}, not the messages' fault: {}",
             parts.join(", ")
         ))
     }
@@ -193,6 +206,15 @@ mod tests {
         );
         assert!(encode(&s).contains("batch_inbox_stalled{topic=\"t\",partition=\"1\"} 1"));
         s.resumed("t", 1);
+        assert_eq!(s.reason(), None);
+        s.kafka_refused("t", -1, "group authorization failed");
+        let reason = s.reason().expect("stalled");
+        assert!(
+            reason.starts_with("the group member stalled, not the messages' fault: t member (Kafka: group authorization failed"),
+            "{reason}"
+        );
+        assert!(encode(&s).contains("batch_inbox_stalled{topic=\"t\",partition=\"member\"} 1"));
+        s.resumed("t", -1);
         assert_eq!(s.reason(), None);
     }
 }
