@@ -142,8 +142,9 @@ impl Stalls {
         r.register(
             "stalled",
             "1 while a partition waits on a failure that is not the message's fault (a missing \
-             table, a grant, a read-only database): nothing is committed or dead-lettered, the \
-             batch is retried until it succeeds",
+             table, a grant, a read-only database; Kafka refusing its fetches): nothing is \
+             committed or dead-lettered, the batch is retried until it succeeds; \
+             partition=\"member\": Kafka refuses the group's offset commits",
             self.gauge.clone(),
         );
         r.register(
