@@ -4,6 +4,8 @@
 # Apache Kafka broker for the whole run (its jars fetched from Maven Central once per machine,
 # scripts/kafka/lib.sh), handed to the tests as KAFKA_BROKERS. Each test uses its own topics and
 # groups. KAFKA_BROKERS=host:port runs them against another broker; NISSHI_BIN against nisshi.
+# The TLS, SASL and ACL tests start a second Apache Kafka node of their own, with an authorizer
+# (start_secure_kafka in scripts/kafka/lib.sh, once per test binary), whatever KAFKA_BROKERS says.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh

@@ -12,6 +12,7 @@
 //! refused ([`refused`]).
 
 mod input;
+mod probe;
 pub(crate) mod refused;
 mod revoke;
 mod settings;
@@ -47,6 +48,9 @@ use crate::stats::Stats;
 use crate::worker::OffsetSink;
 
 pub(crate) mod headers;
+
+/// The partition of the member-level series of the stalled gauge (`partition="member"`).
+pub(crate) const MEMBER: i32 = -1;
 
 /// The consumer type used by the processor.
 pub(crate) type KafkaConsumer = StreamConsumer<GroupContext>;
@@ -84,6 +88,12 @@ pub(crate) struct GroupContext {
     pub revoke_timeout: Duration,
     /// Counts the revoked partitions ([`Stats::partitions_revoked`]).
     stats: Arc<Stats>,
+    /// The topics (joined with `,`) and group, for the member-level stall of refused offset
+    /// commits.
+    topic: String,
+    group: String,
+    /// Set while Kafka refuses the group's offset commits (its READ revoked).
+    commits_refused: AtomicBool,
 }
 
 impl ClientContext for GroupContext {
@@ -154,9 +164,13 @@ impl ConsumerContext for GroupContext {
         match result {
             Ok(()) => {
                 tracing::debug!("offsets committed: {offsets:?}");
+                self.commits_accepted();
                 failpoint!("after_offset_commit");
             }
             Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::GroupAuthorizationFailed)) => {
+                self.commits_refused();
+            }
             Err(e) => {
                 tracing::warn!("offset commit failed (will be retried by the next commit): {e}")
             }
@@ -165,6 +179,32 @@ impl ConsumerContext for GroupContext {
 }
 
 impl GroupContext {
+    /// Kafka refuses the group's offset commits (the group's READ revoked): the member stalls
+    /// visibly (a member-level series of the stalled gauge, `/readyz`, one WARN line). Records
+    /// are still applied, each batch with its offsets in the database (`--offsets-in-db`).
+    fn commits_refused(&self) {
+        let what = "group authorization failed";
+        self.stats
+            .telemetry
+            .stalls
+            .kafka_refused(&self.topic, MEMBER, what);
+        if !self.commits_refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                group = %self.group,
+                "group member stalled: Kafka refuses the group's offset commits ({what}): grant \
+                 the processor's principal READ on the group; it resumes by itself once granted"
+            );
+        }
+    }
+
+    /// A commit was accepted: the member-level stall, if any, is over.
+    fn commits_accepted(&self) {
+        if self.commits_refused.swap(false, Ordering::Relaxed) {
+            self.stats.telemetry.stalls.resumed(&self.topic, MEMBER);
+            tracing::info!(group = %self.group, "Kafka accepts the group's offset commits again");
+        }
+    }
+
     fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<(Arc<str>, i32), WorkerHandle>> {
         // A worker map is never left half-updated by a panic: recover it.
         self.workers.lock().unwrap_or_else(|p| p.into_inner())
@@ -310,6 +350,8 @@ impl GroupMember {
         let context = GroupContext {
             revoke_timeout,
             stats,
+            topic: settings.topics.join(","),
+            group: settings.group.clone(),
             ..GroupContext::default()
         };
         let consumer: Arc<KafkaConsumer> = Arc::new(

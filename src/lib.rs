@@ -155,8 +155,8 @@ pub use batcher::{BatcherSettings, Batching};
 pub use consumer::KafkaSettings;
 pub use db::Transaction;
 pub use error::{
-    one_line_error, DbError, Fault, HandlerError, InboxError, KafkaClientError, RefusedSetting,
-    RunError,
+    one_line_error, DbError, Fault, HandlerError, InboxError, KafkaClientError, KafkaStartupError,
+    RefusedSetting, RunError,
 };
 pub use handler::{Handler, Rejection};
 pub use inbox::Mode;

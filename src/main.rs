@@ -259,6 +259,12 @@ async fn start_database(
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (pool, sql) = start_database(&args).await?;
+    // Before anything is consumed: refused credentials, a failed handshake, a missing ACL or no
+    // broker within --startup-timeout end the process here, with the cause.
+    args.processor()
+        .kafka
+        .probe(kafka_probe_time(&args))
+        .await?;
     let maintenance = start_maintenance(&args, &pool).await?;
     let started = std::time::Instant::now();
     // The latency distributions are kept only for a stats file.
@@ -301,6 +307,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         s.poisoned, s.poison_failures, s.replays_avoided, s.offsets_refused
     );
     Ok(())
+}
+
+/// How long the broker probe may take: `--startup-timeout` (`0`: one attempt, bounded at 10 s).
+/// The database's part has its own; the probe's lines name the timeout as given.
+fn kafka_probe_time(args: &RunArgs) -> std::time::Duration {
+    match args.startup_timeout.is_zero() {
+        true => std::time::Duration::from_secs(10),
+        false => args.startup_timeout,
+    }
 }
 
 /// The settings recorded in the stats file.

@@ -177,9 +177,11 @@ fn spawner<H: Handler>(
         let failures = failures.clone();
         let token = stop.clone();
         let assigned = stats.telemetry.partition_assigned();
+        let observed = stats.clone();
         let join = tokio::spawn(async move {
             let _assigned = assigned;
-            let run = AssertUnwindSafe(worker.run(queue_input(topic.clone(), &queue), token));
+            let input = queue_input(topic.clone(), partition, &queue, observed.clone());
+            let run = AssertUnwindSafe(worker.run(input, token));
             let result = run.catch_unwind().await.unwrap_or_else(|panic| {
                 Err(RunError::WorkerPanic {
                     topic: topic.to_string(),
@@ -187,6 +189,8 @@ fn spawner<H: Handler>(
                     message: panic_message(panic.as_ref()),
                 })
             });
+            // A partition given up (revoked, stopping) is no longer this member's stall.
+            observed.telemetry.stalls.resumed(&topic, partition);
             if let Err(e) = result {
                 tracing::error!(partition, "partition worker stopped: {e}");
                 let _ = failures.send(e);

@@ -286,3 +286,104 @@ print(json.dumps({"nodes": nodes, "isr_shrinks": shrinks, "isr_expansions": expa
                   "under_replicated_partitions_at_end": under}))
 ' "$nodes" "$under"
 }
+
+# _kafka_ca DIR NAME: a self-signed certificate authority, DIR/NAME.crt and DIR/NAME.key.
+_kafka_ca() {
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=batch-inbox test $2" \
+    -keyout "$1/$2.key" -out "$1/$2.crt" >/dev/null 2>&1
+}
+
+# _kafka_server_cert DIR CA: the broker's key and certificate for 127.0.0.1, signed by CA, as
+# one PEM file (the key in PKCS#8, then the certificate) for `ssl.keystore.type=PEM`.
+_kafka_server_cert() {
+  local d=$1 ca=$2
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout "$d/server.key" \
+    -out "$d/server.csr" >/dev/null 2>&1 || return 1
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$d/server.ext"
+  openssl x509 -req -in "$d/server.csr" -CA "$d/$ca.crt" -CAkey "$d/$ca.key" -CAcreateserial \
+    -days 2 -extfile "$d/server.ext" -out "$d/server.crt" >/dev/null 2>&1 || return 1
+  cat "$d/server.key" "$d/server.crt" >"$d/server.pem"
+}
+
+# SCRAM-SHA-512 users of the secure node, created when its storage is formatted: the super user
+# `admin`, and `app`, whose rights are only the ACLs a test grants.
+SECURE_KAFKA_USERS=${SECURE_KAFKA_USERS:-"admin=admin-Pw-7f3a app=app-Pw-91c2"}
+
+# start_secure_kafka DIR [WATCH_PID]: one KRaft node for the security tests, with
+#   PLAINTEXT  (no authentication: principal ANONYMOUS, a super user, for setup and producers),
+#   SSL        (a test CA's certificate for 127.0.0.1, no client certificate: ANONYMOUS too),
+#   SASL_SSL   (SCRAM-SHA-512 over the same TLS: User:admin, a super user, and User:app),
+# and the StandardAuthorizer (no ACL, no access). DIR gets ca.crt (the broker's CA),
+# other-ca.crt (a CA that signed nothing of it) and env, the addresses as shell assignments
+# (PLAINTEXT_ADDR, SSL_ADDR, SASL_SSL_ADDR, SECURE_KAFKA_PID). With WATCH_PID, the node is
+# stopped and DIR removed once that process is gone (the test binary that started it, however
+# it ends).
+start_secure_kafka() {
+  local dir=$1 watch=${2:-} node="$1/node-1" p s a c id user scram=()
+  ensure_kafka || return 1
+  mkdir -p "$node/data" || return 1
+  _kafka_ca "$dir" ca && _kafka_ca "$dir" other-ca && _kafka_server_cert "$dir" ca || {
+    echo "openssl could not make the test certificates" >&2
+    return 1
+  }
+  p=$(free_port) s=$(free_port) a=$(free_port) c=$(free_port)
+  cat >"$node/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$c
+listeners=PLAINTEXT://127.0.0.1:$p,SSL://127.0.0.1:$s,SASL_SSL://127.0.0.1:$a,CONTROLLER://127.0.0.1:$c
+advertised.listeners=PLAINTEXT://127.0.0.1:$p,SSL://127.0.0.1:$s,SASL_SSL://127.0.0.1:$a,CONTROLLER://127.0.0.1:$c
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL
+ssl.keystore.type=PEM
+ssl.keystore.location=$dir/server.pem
+ssl.client.auth=none
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS;User:admin
+allow.everyone.if.no.acl.found=false
+log.dirs=$node/data
+auto.create.topics.enable=false
+num.partitions=1
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+log.retention.ms=-1
+EOF
+  for user in $SECURE_KAFKA_USERS; do
+    scram+=(--add-scram "SCRAM-SHA-512=[name=${user%%=*},password=${user#*=}]")
+  done
+  id=$(_kafka_java /dev/null kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+  _kafka_java "$node/format.log" kafka.tools.StorageTool format -t "$id" \
+    -c "$node/server.properties" --standalone "${scram[@]}" >"$node/format.out" 2>&1 || {
+    echo "formatting the secure Kafka node failed:" >&2
+    cat "$node/format.out" >&2
+    return 1
+  }
+  _kafka_node_run "$dir" 1
+  _kafka_node_wait "$dir" 1 || return 1
+  echo 1 >"$dir/nodes"
+  SECURE_KAFKA_PID=$(cat "$node/pid")
+  if [ -n "$watch" ]; then
+    # Detached from the caller's pipes, so that a caller reading them sees their end.
+    (
+      while kill -0 "$watch" 2>/dev/null; do sleep 1; done
+      stop_kafka "$dir"
+      rm -rf "$dir"
+    ) </dev/null >/dev/null 2>&1 &
+    disown $!
+  fi
+  cat >"$dir/env" <<EOF
+PLAINTEXT_ADDR=127.0.0.1:$p
+SSL_ADDR=127.0.0.1:$s
+SASL_SSL_ADDR=127.0.0.1:$a
+SECURE_KAFKA_PID=$SECURE_KAFKA_PID
+EOF
+}

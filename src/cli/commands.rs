@@ -59,7 +59,10 @@ pub struct RunArgs {
     #[allow(missing_docs)]
     pub kafka: KafkaArgs,
     /// How long start-up may take before the process exits 1 (`60s`, `2m`): the database is
-    /// retried while it cannot be reached, then its schema and the role's grants are checked.
+    /// retried while it cannot be reached, then its schema and the role's grants are checked,
+    /// then the brokers are probed (the topics' metadata, the group's committed offsets, a
+    /// fetch). Refused credentials, a failed TLS handshake, a refused ACL or grant end it at
+    /// once. `0`: one attempt of each (the broker probe's bounded at 10 s).
     #[arg(
         long,
         env = "BATCH_INBOX_STARTUP_TIMEOUT",

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt;
 use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::Message as _;
 
 use super::{headers, GroupContext};
 use crate::message::RawMessage;
+use crate::stats::Stats;
 use crate::worker::Input;
 
 /// Copies a borrowed record into the pipeline's owned type. Never panics, whatever its bytes:
@@ -35,14 +36,48 @@ pub(crate) fn to_raw(topic: &Arc<str>, m: &BorrowedMessage<'_>) -> RawMessage {
     }
 }
 
-/// The worker's input stream over a partition queue.
+/// The worker's input stream over a partition queue. A fetch Kafka refuses (the topic's READ
+/// revoked) stalls the partition visibly in `stats` (the stalled gauge, `/readyz`, one WARN
+/// line) until its next record or end: librdkafka retries the fetch, and reports the refusal
+/// once.
 pub(crate) fn queue_input(
     topic: Arc<str>,
+    partition: i32,
     queue: &StreamPartitionQueue<GroupContext>,
+    stats: Arc<Stats>,
 ) -> impl futures::Stream<Item = Input> + '_ {
-    queue.stream().map(move |r| match r {
-        Ok(m) => Input::Record(to_raw(&topic, &m)),
-        Err(KafkaError::PartitionEOF(_)) => Input::Eof,
-        Err(e) => Input::Error(e.to_string()),
+    let mut refused = false;
+    queue.stream().map(move |r| {
+        let stalls = &stats.telemetry.stalls;
+        let resumes = matches!(r, Ok(_) | Err(KafkaError::PartitionEOF(_)));
+        if resumes && std::mem::take(&mut refused) {
+            stalls.resumed(&topic, partition);
+            tracing::info!(topic = %topic, partition, "Kafka serves the partition's fetches again");
+        }
+        match r {
+            Ok(m) => Input::Record(to_raw(&topic, &m)),
+            Err(KafkaError::PartitionEOF(_)) => Input::Eof,
+            Err(e) => {
+                if let Some(what) = refusal(&e) {
+                    refused = true;
+                    stalls.kafka_refused(&topic, partition, what);
+                    tracing::warn!(
+                        topic = %topic, partition,
+                        "partition stalled: Kafka refuses its fetches ({what}): grant the \
+                         processor's principal READ on the topic; it resumes by itself once \
+                         granted, nothing skipped"
+                    );
+                }
+                Input::Error(e.to_string())
+            }
+        }
     })
+}
+
+/// What Kafka refused, when a partition error is an authorization failure.
+fn refusal(e: &KafkaError) -> Option<&'static str> {
+    match e.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => Some("topic authorization failed"),
+        _ => None,
+    }
 }

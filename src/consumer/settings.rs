@@ -5,6 +5,7 @@
 use rdkafka::config::ClientConfig;
 
 use super::refused::{self, RefusedSetting};
+use crate::error::KafkaStartupError;
 
 /// Kafka client settings of a processor. `Debug` hides the values of sensitive overrides.
 #[derive(Clone)]
@@ -50,6 +51,22 @@ impl KafkaSettings {
     /// Refuses overrides that would break the guarantee (the table of module `consumer::refused`).
     pub fn check(&self, offsets_in_db: bool) -> Result<(), RefusedSetting> {
         refused::check(self, offsets_in_db)
+    }
+
+    /// Asks the brokers, with these settings, for what the group member will need (the topic's
+    /// metadata and the group's committed offsets) before anything is consumed, for at most
+    /// `timeout`: refused credentials, a failed TLS handshake, a topic or group the principal may
+    /// not use, or no broker answering, each as one line. Joins no group and commits nothing.
+    pub async fn probe(&self, timeout: std::time::Duration) -> Result<(), KafkaStartupError> {
+        let settings = self.clone();
+        tokio::task::spawn_blocking(move || super::probe::probe(&settings, timeout))
+            .await
+            .unwrap_or_else(|e| {
+                Err(KafkaStartupError::Request {
+                    brokers: self.brokers.clone(),
+                    detail: format!("the probe's thread failed: {e}"),
+                })
+            })
     }
 
     /// The librdkafka configuration: the processor's defaults, then the overrides.

@@ -1,5 +1,6 @@
 //! Stalled partitions: those whose batch failed for the environment's fault (a missing table, a
-//! revoked grant, a read-only database) and waits, retried, until an operator fixes the cause.
+//! revoked grant, a read-only database) and waits, retried, until an operator fixes the cause;
+//! and those whose fetches Kafka refuses (a revoked topic ACL), which librdkafka retries.
 //!
 //! Invariant: a partition is listed here from its first failed attempt until the attempt that
 //! commits, and only then; its gauge `batch_inbox_stalled{topic,partition}` is 1 exactly while it
@@ -24,6 +25,8 @@ struct Stall {
     since: Instant,
     /// Stalled by the poison-rate breaker, not by the error's class.
     breaker: bool,
+    /// Stalled by Kafka refusing its fetches (what it refused), not by the database.
+    kafka: Option<&'static str>,
 }
 
 /// The stalled partitions of a processor and their metrics.
@@ -34,11 +37,14 @@ pub(crate) struct Stalls {
     retries: Family<StateLabel, Counter>,
 }
 
+/// A partition's labels; the member-level series (partition -1, a stall of the group member
+/// itself, such as refused offset commits) is `partition="member"`.
 fn labels(topic: &str, partition: i32) -> PartitionLabels {
-    [
-        ("topic", topic.to_owned()),
-        ("partition", partition.to_string()),
-    ]
+    let partition = match partition {
+        -1 => "member".to_owned(),
+        p => p.to_string(),
+    };
+    [("topic", topic.to_owned()), ("partition", partition)]
 }
 
 impl Stalls {
@@ -63,9 +69,25 @@ impl Stalls {
             sqlstate: sqlstate.to_owned(),
             since: Instant::now(),
             breaker,
+            kafka: None,
         });
         entry.sqlstate = sqlstate.to_owned();
         entry.breaker = breaker;
+        entry.kafka = None;
+    }
+
+    /// Kafka refuses the partition's fetches (`what`: `topic authorization failed`); librdkafka
+    /// retries them. Listed until [`Stalls::resumed`]: its next record, its end, or its revoke.
+    pub(crate) fn kafka_refused(&self, topic: &str, partition: i32, what: &'static str) {
+        self.gauge.get_or_create(&labels(topic, partition)).set(1);
+        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = now.entry((topic.to_owned(), partition)).or_insert(Stall {
+            sqlstate: String::new(),
+            since: Instant::now(),
+            breaker: false,
+            kafka: Some(what),
+        });
+        entry.kafka = Some(what);
     }
 
     /// The partition committed again (or was given up: revoked, stopping).
@@ -84,8 +106,15 @@ impl Stalls {
         }
         let parts: Vec<String> = now
             .iter()
-            .map(|((t, p), s)| {
-                format!(
+            .map(|((t, p), s)| match s.kafka {
+                Some(what) if *p == -1 => {
+                    format!(
+                        "{t} member (Kafka: {what}, {} s)",
+                        s.since.elapsed().as_secs()
+                    )
+                }
+                Some(what) => format!("{t}/{p} (Kafka: {what}, {} s)", s.since.elapsed().as_secs()),
+                None => format!(
                     "{t}/{p} ({}SQLSTATE {}, {} s)",
                     if s.breaker {
                         "poison-rate breaker, "
@@ -94,12 +123,16 @@ impl Stalls {
                     },
                     s.sqlstate,
                     s.since.elapsed().as_secs()
-                )
+                ),
             })
             .collect();
+        let partitions = now.keys().filter(|(_, p)| *p != -1).count();
+        let what = match partitions {
+            0 => "the group member stalled".to_owned(),
+            n => format!("{n} partition(s) stalled"),
+        };
         Some(format!(
-            "{} partition(s) stalled, not the messages' fault: {}",
-            now.len(),
+            "{what}, not the messages' fault: {}",
             parts.join(", ")
         ))
     }
@@ -109,8 +142,9 @@ impl Stalls {
         r.register(
             "stalled",
             "1 while a partition waits on a failure that is not the message's fault (a missing \
-             table, a grant, a read-only database): nothing is committed or dead-lettered, the \
-             batch is retried until it succeeds",
+             table, a grant, a read-only database; Kafka refusing its fetches): nothing is \
+             committed or dead-lettered, the batch is retried until it succeeds; \
+             partition=\"member\": Kafka refuses the group's offset commits",
             self.gauge.clone(),
         );
         r.register(
@@ -160,5 +194,28 @@ mod tests {
         s.resumed("t", 3);
         assert_eq!(s.reason(), None);
         assert!(encode(&s).contains("batch_inbox_stalled{topic=\"t\",partition=\"3\"} 0"));
+    }
+
+    #[test]
+    fn a_partition_whose_fetches_kafka_refuses_is_stalled_until_it_resumes() {
+        let s = Stalls::default();
+        s.kafka_refused("t", 1, "topic authorization failed");
+        let reason = s.reason().expect("stalled");
+        assert!(
+            reason.contains("t/1 (Kafka: topic authorization failed, 0 s)"),
+            "{reason}"
+        );
+        assert!(encode(&s).contains("batch_inbox_stalled{topic=\"t\",partition=\"1\"} 1"));
+        s.resumed("t", 1);
+        assert_eq!(s.reason(), None);
+        s.kafka_refused("t", -1, "group authorization failed");
+        let reason = s.reason().expect("stalled");
+        assert!(
+            reason.starts_with("the group member stalled, not the messages' fault: t member (Kafka: group authorization failed"),
+            "{reason}"
+        );
+        assert!(encode(&s).contains("batch_inbox_stalled{topic=\"t\",partition=\"member\"} 1"));
+        s.resumed("t", -1);
+        assert_eq!(s.reason(), None);
     }
 }

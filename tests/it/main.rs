@@ -19,6 +19,8 @@ mod exit_on_eof;
 mod faults;
 mod group_protocol;
 mod hostile_records;
+mod kafka_revoke;
+mod kafka_security;
 mod migrations;
 mod natural_batching;
 mod ops;

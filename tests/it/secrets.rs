@@ -251,6 +251,58 @@ async fn a_refused_kafka_property_is_named_without_its_value() {
     assert!(!format!("{outcome:?}").contains(PW));
 }
 
+/// The Kafka side's refusals at start, against the secure node (`common::secure_broker`): a
+/// wrong SASL password, a TLS handshake with an unknown certificate authority (with the password
+/// set), and a refused ACL with the right password; none shows a password, at debug level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_refusals_at_start_show_no_password() {
+    use common::secure_broker::{secure_kafka, APP};
+    let kafka = secure_kafka();
+    let (url, _pool) = fresh_db("secrets_kafka_refusals").await;
+    let topic = common::secure_broker::topic("secrets");
+    batch_inbox_tools::produce::ensure_topic(&kafka.plaintext, &topic, 1)
+        .await
+        .unwrap();
+    let sasl = |password: &str, ca: &std::path::Path| {
+        vec![
+            "security.protocol=SASL_SSL".to_owned(),
+            format!("ssl.ca.location={}", ca.display()),
+            "sasl.mechanism=SCRAM-SHA-512".to_owned(),
+            format!("sasl.username={}", APP.0),
+            format!("sasl.password={password}"),
+        ]
+    };
+    for (props, needle, secret) in [
+        (sasl(PW, &kafka.ca()), "SASL authentication failed", PW),
+        (sasl(PW, &kafka.other_ca()), "TLS handshake failed", PW),
+        (sasl(APP.1, &kafka.ca()), "authorization failed", APP.1),
+    ] {
+        let mut args = vec![
+            "run",
+            "--database-url",
+            &url,
+            "--brokers",
+            &kafka.sasl_ssl,
+            "--topic",
+            &topic,
+            "--startup-timeout",
+            "30s",
+        ];
+        for p in &props {
+            args.extend(["-X", p.as_str()]);
+        }
+        let out = binary(&args, &[]);
+        assert_eq!(out.code, 1, "{needle}: {}", out.stderr);
+        assert!(out.stderr.contains(needle), "{needle}: {}", out.stderr);
+        for (stream, text) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+            assert!(
+                !text.contains(secret),
+                "{needle}: the password is on {stream}:\n{text}"
+            );
+        }
+    }
+}
+
 /// Polls /readyz until it answers `status`; returns the body.
 async fn readyz_becomes(addr: std::net::SocketAddr, status: u16) -> String {
     let what = format!("/readyz to answer {status}");
