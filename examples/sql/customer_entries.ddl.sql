@@ -1,7 +1,7 @@
 -- The last entry of each customer (account), keyed by the record key: the table of the
 -- comparison with Debezium's JDBC sink (scripts/peers/compare.sh), written by that sink and by
 -- `examples/sql/customer_entries.sql` alike. Its columns are the payload's fields of
--- `batch-inbox-bench produce --value-format connect-json` (id, account_id, amount) and the key.
+-- `batch-inbox-bench produce --envelope connect-json` (id, account_id, amount) and the key.
 CREATE TABLE IF NOT EXISTS customer_entries (
     customer_id text   PRIMARY KEY,
     id          text   NOT NULL,

@@ -1,6 +1,6 @@
 -- Last write wins per customer for records in a Kafka Connect JSON envelope
 -- ({"schema": …, "payload": {"id", "account_id", "amount"}}, `batch-inbox-bench produce
--- --value-format connect-json`): the statement our SQL handler runs in the comparison with
+-- --envelope connect-json`): the statement our SQL handler runs in the comparison with
 -- Debezium's JDBC sink in upsert mode (scripts/peers/compare.sh), on the same table
 -- (customer_entries.ddl.sql). Within a batch the newest record of each key (by partition and
 -- offset) is written; the inbox has already skipped every record whose id it applied before, so

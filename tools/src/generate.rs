@@ -373,12 +373,12 @@ impl Iterator for Generator {
     }
 }
 
-/// How `produce` writes the value of a valid record.
+/// What `produce` wraps the value of a valid record in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ValueFormat {
-    /// The entry itself: `{"account_id":7,"amount":-5}`.
+pub enum ValueEnvelope {
+    /// Nothing: the entry itself, `{"account_id":7,"amount":-5}`.
     #[default]
-    Plain,
+    Bare,
     /// A Kafka Connect JSON envelope, as Connect's `JsonConverter` with `schemas.enable=true`
     /// reads it: `{"schema":{…},"payload":{"id":"…","account_id":7,"amount":-5}}`. The payload
     /// also carries the record's id, so that a sink that keeps only the payload (Debezium's JDBC
@@ -387,14 +387,14 @@ pub enum ValueFormat {
     ConnectJson,
 }
 
-/// The Connect schema of [`ValueFormat::ConnectJson`]'s payload.
+/// The Connect schema of [`ValueEnvelope::ConnectJson`]'s payload.
 const ENTRY_SCHEMA: &str = r#"{"type":"struct","name":"batch_inbox.Entry","optional":false,"fields":[{"field":"id","type":"string","optional":false},{"field":"account_id","type":"int64","optional":false},{"field":"amount","type":"int64","optional":false}]}"#;
 
-impl ValueFormat {
+impl ValueEnvelope {
     /// The record as this format writes it: an entry with an id header wrapped, any other record
     /// unchanged.
     pub fn write(self, record: Record) -> Record {
-        if self == ValueFormat::Plain {
+        if self == ValueEnvelope::Bare {
             return record;
         }
         let (Some(id), Ok(entry)) = (record.id.as_deref(), Entry::parse(record.value.as_deref()))

@@ -54,7 +54,7 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     let (records, expected) = batch_inbox_tools::generate::generate(args.generator.settings());
     let records: Vec<_> = records
         .into_iter()
-        .map(|r| args.value_format.write(r))
+        .map(|r| args.envelope.write(r))
         .collect();
     let producer = batch_inbox_tools::produce::producer(brokers, &args.kafka.properties)?;
     if args.rate.is_some() {

@@ -93,7 +93,7 @@ fn connect_envelope_wraps_valid_entries_and_leaves_bad_records_alone() {
     let (records, expected) = generate(s);
     let (mut wrapped, mut left) = (0, 0);
     for r in records {
-        let w = ValueFormat::ConnectJson.write(r.clone());
+        let w = ValueEnvelope::ConnectJson.write(r.clone());
         assert_eq!((&w.key, &w.id), (&r.key, &r.id));
         match Entry::parse(r.value.as_deref()) {
             Ok(entry) if r.id.is_some() => {
@@ -113,7 +113,7 @@ fn connect_envelope_wraps_valid_entries_and_leaves_bad_records_alone() {
                 left += 1;
             }
         }
-        assert_eq!(ValueFormat::Plain.write(r.clone()), r);
+        assert_eq!(ValueEnvelope::Bare.write(r.clone()), r);
     }
     assert_eq!(wrapped + left, 2_000);
     // A record with an id header that is no UUID is wrapped too (its value is an entry).
