@@ -6,8 +6,7 @@
 #   start_peer DIR BROKERS TOPIC DB [K=V...] worker and connector properties from this
 #                                            directory's templates into DIR, Connect started:
 #                                            PEER_PID (the JVM's own pid), DIR/connect.log
-#   peer_wait_lag_zero BROKERS GROUP TOTAL DEADLINE_S
-#                                            until the sink's group has committed TOTAL records
+#   peer_committed BROKERS GROUP             the sum of the sink's committed offsets
 #   stop_peer DIR                            SIGTERM, SIGKILL after 20 s
 #
 # Connect keeps the sink's position in the consumer group `connect-<connector name>` and commits
