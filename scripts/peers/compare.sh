@@ -55,13 +55,17 @@ cargo build --release -q -p batch-inbox -p batch-inbox-tools --bins
 
 broker_pid=""
 cleanup() {
+  local rc=$1
   [ -f "$work/peer/pid" ] && stop_peer "$work/peer"
   [ -n "${our_pid:-}" ] && kill -KILL "$our_pid" 2>/dev/null
-  [ -z "${KAFKA_BROKERS:-}" ] && stop_broker "$work/broker"
+  [ -n "$own_broker" ] && stop_broker "$work/broker"
+  if [ "$rc" = 0 ]; then rm -rf "$work"; else log "the run failed; its logs are in $work"; fi
   return 0
 }
-trap cleanup EXIT
+own_broker=""
+trap 'cleanup $?' EXIT
 if [ -z "${KAFKA_BROKERS:-}" ]; then
+  own_broker=1
   start_broker "$work/broker"
   broker_pid=$BROKER_PID
   KAFKA_BROKERS=$BROKER_ADDR
