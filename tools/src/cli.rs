@@ -3,7 +3,7 @@
 use crate::product_args::{DbArgs, KafkaArgs, PipelineArgs};
 use clap::{Args, Parser, Subcommand};
 
-use crate::generate::{GeneratorSettings, KeyDistribution};
+use crate::generate::{GeneratorSettings, KeyDistribution, ValueEnvelope};
 
 /// The toolbox of batch-inbox: load generator, model check, demo, load-test runs and reports,
 /// COPY ceiling, chaos run. Not for production: it creates topics and databases, and the chaos
@@ -122,6 +122,11 @@ pub struct ProduceArgs {
     /// Partitions of the topic when it has to be created.
     #[arg(long, default_value_t = 8)]
     pub partitions: i32,
+    /// What valid records' values are wrapped in: nothing (the entry itself), or a Kafka Connect
+    /// JSON envelope (schema and payload, the payload with the record's id) for a Connect sink.
+    /// The model is the same.
+    #[arg(long, value_enum, default_value_t = ValueEnvelope::Bare)]
+    pub envelope: ValueEnvelope,
     /// Write the expected outcome (counts, balances) as JSON to this file.
     #[arg(long)]
     pub expect: Option<std::path::PathBuf>,

@@ -133,6 +133,14 @@ pub struct Expected {
     /// are in the SQL handler's inbox (the generator gives each a fresh id).
     #[serde(default)]
     pub json_not_entries: u64,
+    /// Id of the last new valid record of each account, in production order: the row a
+    /// last-write-wins upsert by key leaves when each id is applied once.
+    #[serde(default)]
+    pub last_new: BTreeMap<i64, String>,
+    /// Id of the last valid record of each account, duplicates included: the row an upsert by
+    /// key leaves when it applies every record it reads, a re-sent older one too.
+    #[serde(default)]
+    pub last_sent: BTreeMap<i64, String>,
 }
 
 impl Expected {
@@ -188,11 +196,16 @@ impl Model {
             }
             Err(reason) => self.dead_letter(reason),
             Ok((id, entry)) => {
+                let id_text = r.id.clone().unwrap_or_default();
+                self.expected
+                    .last_sent
+                    .insert(entry.account_id, id_text.clone());
                 if !self.seen.insert(id) {
                     self.expected.duplicates += 1;
                     return;
                 }
                 self.expected.new += 1;
+                self.expected.last_new.insert(entry.account_id, id_text);
                 let sum = self.expected.sums.entry(entry.account_id).or_insert(0);
                 *sum = sum.saturating_add(entry.amount);
                 let balance = self.expected.balances.entry(entry.account_id).or_insert(0);
@@ -357,6 +370,47 @@ impl Iterator for Generator {
             self.fresh(account)
         };
         Some(record)
+    }
+}
+
+/// What `produce` wraps the value of a valid record in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ValueEnvelope {
+    /// Nothing: the entry itself, `{"account_id":7,"amount":-5}`.
+    #[default]
+    Bare,
+    /// A Kafka Connect JSON envelope, as Connect's `JsonConverter` with `schemas.enable=true`
+    /// reads it: `{"schema":{…},"payload":{"id":"…","account_id":7,"amount":-5}}`. The payload
+    /// also carries the record's id, so that a sink that keeps only the payload (Debezium's JDBC
+    /// sink) stores which record it applied. A record without an id header, or whose value is
+    /// no entry, is written as it is.
+    ConnectJson,
+}
+
+/// The Connect schema of [`ValueEnvelope::ConnectJson`]'s payload.
+const ENTRY_SCHEMA: &str = r#"{"type":"struct","name":"batch_inbox.Entry","optional":false,"fields":[{"field":"id","type":"string","optional":false},{"field":"account_id","type":"int64","optional":false},{"field":"amount","type":"int64","optional":false}]}"#;
+
+impl ValueEnvelope {
+    /// The record as this format writes it: an entry with an id header wrapped, any other record
+    /// unchanged.
+    pub fn write(self, record: Record) -> Record {
+        if self == ValueEnvelope::Bare {
+            return record;
+        }
+        let (Some(id), Ok(entry)) = (record.id.as_deref(), Entry::parse(record.value.as_deref()))
+        else {
+            return record;
+        };
+        let payload = serde_json::json!({
+            "id": id,
+            "account_id": entry.account_id,
+            "amount": entry.amount,
+        });
+        let value = format!(r#"{{"schema":{ENTRY_SCHEMA},"payload":{payload}}}"#).into_bytes();
+        Record {
+            value: Some(value),
+            ..record
+        }
     }
 }
 

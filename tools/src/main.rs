@@ -52,6 +52,10 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         .await
         .context("creating the topic")?;
     let (records, expected) = batch_inbox_tools::generate::generate(args.generator.settings());
+    let records: Vec<_> = records
+        .into_iter()
+        .map(|r| args.envelope.write(r))
+        .collect();
     let producer = batch_inbox_tools::produce::producer(brokers, &args.kafka.properties)?;
     if args.rate.is_some() {
         batch_inbox_tools::produce::warm_up(brokers, &producer, args.kafka.topic())

@@ -79,3 +79,50 @@ fn zipf_keys_favour_low_accounts() {
     // P(1) = 1 / H(1000) ≈ 0.134
     assert!((1_100..1_600).contains(&hot), "{hot}");
 }
+
+#[test]
+fn connect_envelope_wraps_valid_entries_and_leaves_bad_records_alone() {
+    let s = GeneratorSettings {
+        messages: 2_000,
+        accounts: 10,
+        bad_ratio: 0.05,
+        duplicate_ratio: 0.1,
+        id_version: 4,
+        ..GeneratorSettings::default()
+    };
+    let (records, expected) = generate(s);
+    let (mut wrapped, mut left) = (0, 0);
+    for r in records {
+        let w = ValueEnvelope::ConnectJson.write(r.clone());
+        assert_eq!((&w.key, &w.id), (&r.key, &r.id));
+        match Entry::parse(r.value.as_deref()) {
+            Ok(entry) if r.id.is_some() => {
+                let v: serde_json::Value = serde_json::from_slice(w.value.as_deref().unwrap())
+                    .expect("the envelope is JSON");
+                assert_eq!(v["schema"]["type"], "struct");
+                assert_eq!(v["schema"]["fields"].as_array().unwrap().len(), 3);
+                assert_eq!(
+                    v["payload"],
+                    serde_json::json!({"id": r.id.as_deref().unwrap(),
+                        "account_id": entry.account_id, "amount": entry.amount})
+                );
+                wrapped += 1;
+            }
+            _ => {
+                assert_eq!(w, r);
+                left += 1;
+            }
+        }
+        assert_eq!(ValueEnvelope::Bare.write(r.clone()), r);
+    }
+    assert_eq!(wrapped + left, 2_000);
+    // A record with an id header that is no UUID is wrapped too (its value is an entry).
+    assert_eq!(
+        wrapped,
+        expected.new + expected.duplicates + expected.dead_letters["invalid_id"]
+    );
+    // Every account that got a valid record has a last one, and the last new one is among
+    // the ids the model counted as new.
+    assert_eq!(expected.last_new.len(), expected.last_sent.len());
+    assert!(!expected.last_new.is_empty());
+}

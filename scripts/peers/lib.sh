@@ -1,0 +1,134 @@
+# The peer of the comparison: Kafka Connect 4.4.0 in standalone mode with Debezium's JDBC sink
+# connector and the PostgreSQL JDBC driver, all from Maven Central (scripts/peers/pom.xml), run
+# with `java -cp` like the broker. Sourced by scripts/peers/compare.sh; do not run it.
+#
+#   ensure_peer                              fetch the jars once per machine (PEER_LIBS)
+#   start_peer DIR BROKERS TOPIC DB [K=V...] worker and connector properties from this
+#                                            directory's templates into DIR, Connect started:
+#                                            PEER_PID (the JVM's own pid), DIR/connect.log
+#   peer_committed BROKERS GROUP             the sum of the sink's committed offsets
+#   stop_peer DIR                            SIGTERM, SIGKILL after 20 s
+#
+# Connect keeps the sink's position in the consumer group `connect-<connector name>` and commits
+# it every offset.flush.interval.ms (worker.properties): a kill -9 re-delivers what it applied
+# since the last commit.
+
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+PEER_DEBEZIUM_VERSION=3.6.0.Final
+PEER_ROOT=${PEER_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/batch-inbox/connect-$KAFKA_VERSION-debezium-jdbc-$PEER_DEBEZIUM_VERSION}
+PEER_LIBS=$PEER_ROOT/libs
+PEER_HEAP=${PEER_HEAP:-1g}
+_peer_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# The jars, once per machine, like ensure_kafka: `mvn dependency:copy-dependencies` of
+# scripts/peers/pom.xml, Maven Central only (scripts/peers/settings.xml).
+ensure_peer() {
+  ensure_java || return 1
+  [ -f "$PEER_LIBS/.complete" ] && return 0
+  command -v mvn >/dev/null || { echo "fetching Kafka Connect needs mvn on the PATH" >&2; return 1; }
+  mkdir -p "$PEER_ROOT"
+  exec 7>"$PEER_ROOT.lock"
+  flock 7
+  if [ ! -f "$PEER_LIBS/.complete" ]; then
+    echo "fetching Kafka Connect $KAFKA_VERSION, Debezium's JDBC sink $PEER_DEBEZIUM_VERSION and" \
+      "the PostgreSQL driver into $PEER_LIBS (once per machine)" >&2
+    local started=$SECONDS
+    rm -rf "$PEER_LIBS.partial"
+    if ! mvn -q -B -s "$_peer_dir/settings.xml" -f "$_peer_dir/pom.xml" \
+      dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$PEER_LIBS.partial" >"$PEER_ROOT/fetch.log" 2>&1; then
+      flock -u 7
+      echo "fetching the peer failed; mvn said:" >&2
+      grep -E 'ERROR' "$PEER_ROOT/fetch.log" | head -n 5 >&2
+      return 1
+    fi
+    rm -rf "$PEER_LIBS"
+    mv "$PEER_LIBS.partial" "$PEER_LIBS"
+    touch "$PEER_LIBS/.complete"
+    echo "the peer fetched in $((SECONDS - started)) s" \
+      "($(find "$PEER_LIBS" -name '*.jar' | wc -l) jars, $(du -sh "$PEER_LIBS" | cut -f1))" >&2
+  fi
+  flock -u 7
+}
+
+# _peer_template FILE DIR K=V...: FILE from this directory with each @K@ replaced by V.
+_peer_template() {
+  local src=$1 dst=$2/$(basename "$1") kv
+  shift 2
+  # The last K=V of a key wins (defaults first, then the caller's).
+  local -A values=()
+  for kv in "$@"; do values[${kv%%=*}]=${kv#*=}; done
+  cp "$_peer_dir/$src" "$dst"
+  local k v
+  for k in "${!values[@]}"; do
+    v=${values[$k]}
+    v=${v//\\/\\\\}
+    v=${v//|/\\|}
+    v=${v//&/\\&}
+    sed -i "s|@$k@|$v|g" "$dst"
+  done
+  if grep -q '@[A-Z_]*@' "$dst"; then
+    echo "$dst: unset placeholders: $(grep -o '@[A-Z_]*@' "$dst" | sort -u | tr '\n' ' ')" >&2
+    return 1
+  fi
+}
+
+# start_peer DIR BROKERS TOPIC DB [K=V...]: K=V overrides a placeholder's default (BATCH_SIZE,
+# TASKS, FLUSH_MS, MAX_POLL, UNNEST, REDUCTION, CONNECTOR).
+start_peer() {
+  local dir=$1 brokers=$2 topic=$3 db=$4
+  shift 4
+  ensure_peer || return 1
+  mkdir -p "$dir"
+  local port
+  port=$(free_port)
+  local settings=(BROKERS="$brokers" TOPIC="$topic" DB="$db" DIR="$dir" REST_PORT="$port"
+    CONNECTOR=peer-customers TASKS=1 BATCH_SIZE=500 MAX_POLL=500 FLUSH_MS=10000
+    UNNEST=false REDUCTION=false TABLE=customer_entries "$@")
+  _peer_template worker.properties "$dir" "${settings[@]}" || return 1
+  _peer_template connector.properties "$dir" "${settings[@]}" || return 1
+  PEER_CONNECTOR=$(sed -n 's/^name=//p' "$dir/connector.properties")
+  # `exec` in the background subshell: $! is the JVM's own pid, the one a kill -9 must hit.
+  (exec java -Xms256m "-Xmx$PEER_HEAP" -XX:+UseSerialGC -Djava.awt.headless=true \
+    "-Dlog4j2.configurationFile=$_peer_dir/log4j2.properties" "-Dpeer.log=$dir/connect.log" \
+    -cp "$PEER_LIBS/*" org.apache.kafka.connect.cli.ConnectStandalone \
+    "$dir/worker.properties" "$dir/connector.properties") >>"$dir/stdout.log" 2>&1 &
+  PEER_PID=$!
+  disown "$PEER_PID"
+  echo "$PEER_PID" >"$dir/pid"
+  # Started when its task reports it is running (or it ended: the log says why).
+  for _ in $(seq 1 1200); do
+    grep -qF "WorkerSinkTask{id=$PEER_CONNECTOR-0} Sink task finished initialization and start" \
+      "$dir/connect.log" 2>/dev/null && return 0
+    kill -0 "$PEER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "Kafka Connect did not start its sink task; the end of its log:" >&2
+  tail -n 30 "$dir/connect.log" "$dir/stdout.log" >&2 2>/dev/null
+  return 1
+}
+
+# peer_committed BROKERS GROUP: the sum of the group's committed offsets (records it has
+# committed as applied), from Kafka's ConsumerGroupCommand.
+peer_committed() {
+  kafka_tool org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
+    --bootstrap-server "$1" --describe --group "$2" 2>/dev/null | python3 -c '
+import sys
+rows = [l.split() for l in sys.stdin if l.strip()]
+head = next((r for r in rows if "CURRENT-OFFSET" in r), None)
+if head is None:
+    print(0); sys.exit()
+i = head.index("CURRENT-OFFSET")
+print(sum(int(r[i]) for r in rows[rows.index(head) + 1:] if len(r) > i and r[i].isdigit()))'
+}
+
+stop_peer() {
+  local pid
+  pid=$(cat "$1/pid" 2>/dev/null) || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 1 200); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+}
