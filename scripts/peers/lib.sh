@@ -74,7 +74,9 @@ _peer_template() {
 }
 
 # start_peer DIR BROKERS TOPIC DB [K=V...]: K=V overrides a placeholder's default (BATCH_SIZE,
-# TASKS, FLUSH_MS, MAX_POLL, UNNEST, REDUCTION, CONNECTOR).
+# TASKS, FLUSH_MS, MAX_POLL, UNNEST, REDUCTION, CONNECTOR, TABLE), or the connector's template
+# (CONNECTOR_TEMPLATE, a file of this directory; connector.properties by default), which is
+# written to DIR/connector.properties.
 start_peer() {
   local dir=$1 brokers=$2 topic=$3 db=$4
   shift 4
@@ -84,9 +86,12 @@ start_peer() {
   port=$(free_port)
   local settings=(BROKERS="$brokers" TOPIC="$topic" DB="$db" DIR="$dir" REST_PORT="$port"
     CONNECTOR=peer-customers TASKS=1 BATCH_SIZE=500 MAX_POLL=500 FLUSH_MS=10000
-    UNNEST=false REDUCTION=false TABLE=customer_entries "$@")
+    UNNEST=false REDUCTION=false TABLE=customer_entries CONNECTOR_TEMPLATE=connector.properties "$@")
+  local kv template=connector.properties
+  for kv in "${settings[@]}"; do [[ $kv == CONNECTOR_TEMPLATE=* ]] && template=${kv#*=}; done
   _peer_template worker.properties "$dir" "${settings[@]}" || return 1
-  _peer_template connector.properties "$dir" "${settings[@]}" || return 1
+  _peer_template "$template" "$dir" "${settings[@]}" || return 1
+  [ "$template" = connector.properties ] || mv "$dir/$template" "$dir/connector.properties"
   PEER_CONNECTOR=$(sed -n 's/^name=//p' "$dir/connector.properties")
   # `exec` in the background subshell: $! is the JVM's own pid, the one a kill -9 must hit.
   (exec java -Xms256m "-Xmx$PEER_HEAP" -XX:+UseSerialGC -Djava.awt.headless=true \
