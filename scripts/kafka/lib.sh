@@ -23,32 +23,43 @@ _kafka_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The jars, once per machine: `mvn dependency:copy-dependencies` of scripts/kafka/pom.xml into a
 # cache directory that later runs (and other clones) find again. One fetch at a time per machine.
 ensure_kafka() {
+  maven_fetch "$KAFKA_ROOT" "Apache Kafka $KAFKA_VERSION's jars" \
+    -f "$_kafka_dir/pom.xml" -Dkafka.version="$KAFKA_VERSION"
+}
+
+# maven_fetch ROOT WHAT MVN_ARGS...: the runtime dependencies of a POM (MVN_ARGS names it, with -f)
+# copied into ROOT/libs once per machine, which later runs and other clones find again
+# (ROOT/libs/.complete). One fetch per ROOT at a time (a lock beside it); mvn's log in
+# ROOT/fetch.log, its errors on stderr when it fails.
+maven_fetch() {
+  local root=$1 what=$2
+  shift 2
+  local libs=$root/libs
   ensure_java || return 1
-  [ -f "$KAFKA_LIBS/.complete" ] && return 0
-  command -v mvn >/dev/null || { echo "fetching Apache Kafka needs mvn on the PATH" >&2; return 1; }
-  mkdir -p "$KAFKA_ROOT"
-  exec 8>"$KAFKA_ROOT.lock"
-  flock 8
-  if [ ! -f "$KAFKA_LIBS/.complete" ]; then
-    echo "fetching Apache Kafka $KAFKA_VERSION's jars from Maven Central into $KAFKA_LIBS" \
-      "(once per machine)" >&2
+  [ -f "$libs/.complete" ] && return 0
+  command -v mvn >/dev/null || { echo "fetching $what needs mvn on the PATH" >&2; return 1; }
+  mkdir -p "$root"
+  local lock
+  exec {lock}>"$root.lock"
+  flock "$lock"
+  if [ ! -f "$libs/.complete" ]; then
+    echo "fetching $what from Maven Central into $libs (once per machine)" >&2
     local started=$SECONDS
-    rm -rf "$KAFKA_LIBS.partial"
-    if ! mvn -q -B -f "$_kafka_dir/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
-      dependency:copy-dependencies -DincludeScope=runtime \
-      -DoutputDirectory="$KAFKA_LIBS.partial" >"$KAFKA_ROOT/fetch.log" 2>&1; then
-      flock -u 8
-      echo "fetching Apache Kafka failed; mvn said:" >&2
-      tail -n 30 "$KAFKA_ROOT/fetch.log" >&2
+    rm -rf "$libs.partial"
+    if ! mvn -q -B "$@" dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$libs.partial" >"$root/fetch.log" 2>&1; then
+      exec {lock}>&-
+      echo "fetching $what failed; mvn said:" >&2
+      grep -E 'ERROR' "$root/fetch.log" | head -n 10 >&2
       return 1
     fi
-    rm -rf "$KAFKA_LIBS"
-    mv "$KAFKA_LIBS.partial" "$KAFKA_LIBS"
-    touch "$KAFKA_LIBS/.complete"
-    echo "Apache Kafka $KAFKA_VERSION fetched in $((SECONDS - started)) s" \
-      "($(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars, $(du -sh "$KAFKA_LIBS" | cut -f1))" >&2
+    rm -rf "$libs"
+    mv "$libs.partial" "$libs"
+    touch "$libs/.complete"
+    echo "$what fetched in $((SECONDS - started)) s" \
+      "($(find "$libs" -name '*.jar' | wc -l) jars, $(du -sh "$libs" | cut -f1))" >&2
   fi
-  flock -u 8
+  exec {lock}>&-
 }
 
 # Java 17 or newer and Maven: installed from Debian's packages when missing and we are root.

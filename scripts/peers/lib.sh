@@ -20,35 +20,11 @@ PEER_LIBS=$PEER_ROOT/libs
 PEER_HEAP=${PEER_HEAP:-1g}
 _peer_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-# The jars, once per machine, like ensure_kafka: `mvn dependency:copy-dependencies` of
-# scripts/peers/pom.xml, Maven Central only (scripts/peers/settings.xml).
+# The jars, once per machine, like ensure_kafka: scripts/peers/pom.xml's dependencies, Maven
+# Central only (scripts/peers/settings.xml).
 ensure_peer() {
-  ensure_java || return 1
-  [ -f "$PEER_LIBS/.complete" ] && return 0
-  command -v mvn >/dev/null || { echo "fetching Kafka Connect needs mvn on the PATH" >&2; return 1; }
-  mkdir -p "$PEER_ROOT"
-  exec 7>"$PEER_ROOT.lock"
-  flock 7
-  if [ ! -f "$PEER_LIBS/.complete" ]; then
-    echo "fetching Kafka Connect $KAFKA_VERSION, Debezium's JDBC sink $PEER_DEBEZIUM_VERSION and" \
-      "the PostgreSQL driver into $PEER_LIBS (once per machine)" >&2
-    local started=$SECONDS
-    rm -rf "$PEER_LIBS.partial"
-    if ! mvn -q -B -s "$_peer_dir/settings.xml" -f "$_peer_dir/pom.xml" \
-      dependency:copy-dependencies -DincludeScope=runtime \
-      -DoutputDirectory="$PEER_LIBS.partial" >"$PEER_ROOT/fetch.log" 2>&1; then
-      flock -u 7
-      echo "fetching the peer failed; mvn said:" >&2
-      grep -E 'ERROR' "$PEER_ROOT/fetch.log" | head -n 5 >&2
-      return 1
-    fi
-    rm -rf "$PEER_LIBS"
-    mv "$PEER_LIBS.partial" "$PEER_LIBS"
-    touch "$PEER_LIBS/.complete"
-    echo "the peer fetched in $((SECONDS - started)) s" \
-      "($(find "$PEER_LIBS" -name '*.jar' | wc -l) jars, $(du -sh "$PEER_LIBS" | cut -f1))" >&2
-  fi
-  flock -u 7
+  maven_fetch "$PEER_ROOT" "Kafka Connect $KAFKA_VERSION, Debezium's JDBC sink $PEER_DEBEZIUM_VERSION and the PostgreSQL driver" \
+    -s "$_peer_dir/settings.xml" -f "$_peer_dir/pom.xml"
 }
 
 # _peer_template FILE DIR K=V...: FILE from this directory with each @K@ replaced by V.
