@@ -243,10 +243,15 @@ latency_run() {
     --report "$runs/$label.json" --input-rate "$rate" --stop-after "$n" "${expect[@]}" \
     -- "$@" --topic "$topic" --group "$label-$stamp" >>"$work/runs.log" 2>"$work/$label.err" &
   local run_pid=$!
+  # Until every partition is assigned (the file is created by the background job: -s until then).
+  local assigned=0
   for _ in $(seq 1 300); do
-    [ "$(grep -c 'partition assigned' "$work/$label.err" || true)" -ge "$PARTITIONS" ] && break
+    assigned=$(grep -sc 'partition assigned' "$work/$label.err" || true)
+    [ "${assigned:-0}" -ge "$PARTITIONS" ] && break
     sleep 0.1
   done
+  [ "${assigned:-0}" -ge "$PARTITIONS" ] ||
+    log "run $label: ${assigned:-0} of $PARTITIONS partitions assigned after 30 s; producing anyway"
   # Warm-up: a consumer's first fetch after an assignment comes up to about 0.5 s later (its
   # offset lookup); records produced meanwhile would measure the start-up, not the steady state.
   sleep "$WARMUP_S"
