@@ -125,18 +125,19 @@ as_postgres() {
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
-# private_postgres_init DIR PORT: initdb (trust auth) and start.
+# private_postgres_init DIR PORT [OPTIONS]: initdb (trust auth) and start.
 private_postgres_init() {
   mkdir -p "$1"
   [ "$(id -u)" = 0 ] && chown postgres:postgres "$1"
   as_postgres "$PG_BIN/initdb" -D "$1/data" -U postgres --auth=trust --no-sync >"$1/initdb.log" 2>&1 ||
     { cat "$1/initdb.log" >&2; return 1; }
-  private_postgres_start "$1" "$2"
+  private_postgres_start "$@"
 }
-# private_postgres_start DIR PORT: start and wait until it accepts connections.
+# private_postgres_start DIR PORT [OPTIONS]: start and wait until it accepts connections.
+# OPTIONS are more server options (`-c wal_level=logical`).
 private_postgres_start() {
   as_postgres "$PG_BIN/pg_ctl" -D "$1/data" -l "$1/server.log" -w -t 60 -o \
-    "-p $2 -c listen_addresses=127.0.0.1 -c unix_socket_directories=$1 -c fsync=on -c max_connections=200" \
+    "-p $2 -c listen_addresses=127.0.0.1 -c unix_socket_directories=$1 -c fsync=on -c max_connections=200 ${3:-}" \
     start >/dev/null
 }
 # private_postgres_crash DIR: stop like a crash (-m immediate: no checkpoint, sessions cut).

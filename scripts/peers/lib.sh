@@ -69,24 +69,69 @@ start_peer() {
   _peer_template "$template" "$dir" "${settings[@]}" || return 1
   [ "$template" = connector.properties ] || mv "$dir/$template" "$dir/connector.properties"
   PEER_CONNECTOR=$(sed -n 's/^name=//p' "$dir/connector.properties")
+  _connect_start "$dir" "$PEER_LIBS" "WorkerSinkTask{id=$PEER_CONNECTOR-0} Sink task finished initialization and start" ||
+    return 1
+  PEER_PID=$CONNECT_PID
+}
+
+# _connect_start DIR LIBS READY: Kafka Connect standalone on LIBS with DIR's worker and connector
+# properties, until its log has the line READY (its task started) or it ends (the log says why):
+# CONNECT_PID (the JVM's own pid), DIR/pid, DIR/connect.log.
+_connect_start() {
+  local dir=$1 libs=$2 ready=$3 from
+  # The log is appended to across restarts: only the lines after this start count.
+  from=$(($( [ -f "$dir/connect.log" ] && wc -l <"$dir/connect.log" || echo 0) + 1))
   # `exec` in the background subshell: $! is the JVM's own pid, the one a kill -9 must hit.
   (exec java -Xms256m "-Xmx$PEER_HEAP" -XX:+UseSerialGC -Djava.awt.headless=true \
     "-Dlog4j2.configurationFile=$_peer_dir/log4j2.properties" "-Dpeer.log=$dir/connect.log" \
-    -cp "$PEER_LIBS/*" org.apache.kafka.connect.cli.ConnectStandalone \
+    -cp "$libs/*" org.apache.kafka.connect.cli.ConnectStandalone \
     "$dir/worker.properties" "$dir/connector.properties") >>"$dir/stdout.log" 2>&1 &
-  PEER_PID=$!
-  disown "$PEER_PID"
-  echo "$PEER_PID" >"$dir/pid"
-  # Started when its task reports it is running (or it ended: the log says why).
+  CONNECT_PID=$!
+  disown "$CONNECT_PID"
+  echo "$CONNECT_PID" >"$dir/pid"
   for _ in $(seq 1 1200); do
-    grep -qF "WorkerSinkTask{id=$PEER_CONNECTOR-0} Sink task finished initialization and start" \
-      "$dir/connect.log" 2>/dev/null && return 0
-    kill -0 "$PEER_PID" 2>/dev/null || break
+    tail -n "+$from" "$dir/connect.log" 2>/dev/null | grep -qF "$ready" && return 0
+    kill -0 "$CONNECT_PID" 2>/dev/null || break
     sleep 0.1
   done
-  echo "Kafka Connect did not start its sink task; the end of its log:" >&2
+  echo "Kafka Connect did not start its task; the end of its log:" >&2
   tail -n 30 "$dir/connect.log" "$dir/stdout.log" >&2 2>/dev/null
   return 1
+}
+
+# The outbox → inbox chain's producer side (scripts/peers/outbox.sh): Kafka Connect with
+# Debezium's PostgreSQL source connector and its outbox event router (scripts/peers/source-pom.xml),
+# a classpath of its own.
+# Its Connect is 4.3.1, the release line Debezium 3.6.1 is built against (source-pom.xml says why).
+OUTBOX_DEBEZIUM_VERSION=3.6.1.Final
+OUTBOX_CONNECT_VERSION=4.3.1
+OUTBOX_ROOT=${OUTBOX_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/batch-inbox/connect-$OUTBOX_CONNECT_VERSION-debezium-postgres-$OUTBOX_DEBEZIUM_VERSION}
+OUTBOX_LIBS=$OUTBOX_ROOT/libs
+
+ensure_outbox_source() {
+  maven_fetch "$OUTBOX_ROOT" "Kafka Connect $OUTBOX_CONNECT_VERSION and Debezium's PostgreSQL connector $OUTBOX_DEBEZIUM_VERSION" \
+    -s "$_peer_dir/settings.xml" -f "$_peer_dir/source-pom.xml"
+}
+
+# start_outbox_source DIR BROKERS K=V...: Debezium's PostgreSQL connector with the outbox event
+# router (outbox-source.properties; PG_PORT, DB, SLOT, PUBLICATION, TOPIC_PREFIX, CONNECTOR and
+# FLUSH_MS are its placeholders), until its task runs: OUTBOX_PID. DIR keeps its offsets file
+# across restarts, as a standalone worker's state.
+start_outbox_source() {
+  local dir=$1 brokers=$2
+  shift 2
+  ensure_outbox_source || return 1
+  mkdir -p "$dir"
+  local settings=(BROKERS="$brokers" DIR="$dir" REST_PORT="$(free_port)" MAX_POLL=500
+    FLUSH_MS=5000 "$@")
+  _peer_template worker.properties "$dir" "${settings[@]}" || return 1
+  _peer_template outbox-source.properties "$dir" "${settings[@]}" || return 1
+  mv "$dir/outbox-source.properties" "$dir/connector.properties"
+  local name
+  name=$(sed -n 's/^name=//p' "$dir/connector.properties")
+  _connect_start "$dir" "$OUTBOX_LIBS" "WorkerSourceTask{id=$name-0} Source task finished initialization and start" ||
+    return 1
+  OUTBOX_PID=$CONNECT_PID
 }
 
 # peer_committed BROKERS GROUP: the sum of the group's committed offsets (records it has
