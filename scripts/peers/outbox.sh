@@ -55,10 +55,8 @@ cleanup() {
   [ -n "$writer_pid" ] && kill "$writer_pid" 2>/dev/null
   [ -n "$proc_pid" ] && kill -KILL "$proc_pid" 2>/dev/null
   [ -f "$work/connect/pid" ] && stop_peer "$work/connect"
-  # The slot holds WAL on A for as long as it exists: dropped once Connect no longer uses it.
   if [ -f "$a_dir/data/postmaster.pid" ]; then
-    psql_a -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-               WHERE slot_name = '$slot' AND NOT active" >/dev/null 2>&1 || true
+    drop_slot || true
     private_postgres_remove "$a_dir"
   fi
   [ -n "$own_broker" ] && stop_broker "$work/broker"
@@ -66,6 +64,21 @@ cleanup() {
   return 0
 }
 trap 'cleanup $?' EXIT
+# The slot holds WAL on A for as long as it exists: dropped once Connect has let go of it (its
+# walsender ends a moment after Connect does).
+drop_slot() {
+  local left
+  for _ in $(seq 1 100); do
+    left=$(psql_a -c "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$slot'" 2>/dev/null) ||
+      return 1
+    [ "$left" = 0 ] && return 0
+    psql_a -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+               WHERE slot_name = '$slot' AND NOT active" >/dev/null 2>&1 || true
+    sleep 0.1
+  done
+  log "replication slot $slot still active after 10 s"
+  return 1
+}
 
 if [ -z "${KAFKA_BROKERS:-}" ]; then
   own_broker=1
@@ -220,6 +233,8 @@ done
 # run once more to the topics' end: every record has then been read by service B's group.
 stop_peer "$work/connect"
 rm -f "$work/connect/pid"
+drop_slot
+log "Connect stopped, replication slot $slot dropped"
 kill -TERM "$proc_pid"
 wait "$proc_pid" || { log "the processor did not stop cleanly:"; tail -n 20 "$work/processor.log" >&2; exit 1; }
 proc_up --exit-on-eof
