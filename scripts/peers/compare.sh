@@ -13,10 +13,12 @@
 #
 # additive: balance += amount per account. Ours adds each batch's new amounts to `balances`
 # (examples/sql/balances_connect.sql on examples/sql/balances.ddl.sql); Debezium's sink cannot add
-# to a column, so it inserts one row per record into a table of amounts
-# (scripts/peers/connector-amounts.properties, scripts/peers/amount_entries.ddl.sql) and its
-# balance is sum(amount) GROUP BY account_id. Both are checked against the model's per-account
-# sums of the new records' amounts (`produce --expect`: "sums"; no overdraft rule on either side).
+# to a column, so it keeps a row per record in a table of amounts
+# (scripts/peers/amount_entries.ddl.sql) and its balance is sum(amount) GROUP BY account_id: by
+# inserting every record it receives (ADDITIVE_SINKS "insert", connector-amounts.properties), or
+# by upserting each record id's row (by-id, connector-amounts-by-id.properties). All are checked
+# against the model's per-account sums of the new records' amounts (`produce --expect`: "sums";
+# no overdraft rule on either side).
 #
 # For each run: msgs/s, CPU seconds per 1000 records of the sink process (the Connect JVM, our
 # processor), PostgreSQL and the broker, and the final state against the model. upsert: the peer
@@ -33,9 +35,10 @@
 #
 # Environment: WORK ("upsert additive", or one of them), MESSAGES, ACCOUNTS (1000), PARTITIONS
 # (8), SEED (1), OUT (results/peers), PEERS ("default" or a space-separated list of the peer
-# configurations below; the same for both works), KILL (0), FLUSH_MS (the peer's
-# offset.flush.interval.ms, 10000), KILL_FLUSH_MS (those of the peer's kill runs, "10000 1000"),
-# KAFKA_BROKERS (an existing broker; otherwise a single Apache Kafka node of its own).
+# configurations below; the same for both works and each additive sink), ADDITIVE_SINKS
+# ("insert by-id"), KILL (0), FLUSH_MS (the peer's offset.flush.interval.ms, 10000),
+# KILL_FLUSH_MS (those of the peer's kill runs, "10000 1000"), KAFKA_BROKERS (an existing broker;
+# otherwise a single Apache Kafka node of its own).
 # Databases are named ${TEST_DATABASE_PREFIX:-bi_}peers_*; they are dropped and created again.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -59,6 +62,12 @@ PEERS=${PEERS:-"default:500:500:false:false batch2000:2000:2000:false:false unne
 # and those of its kill runs.
 FLUSH_MS=${FLUSH_MS:-10000}
 KILL_FLUSH_MS=${KILL_FLUSH_MS:-"$FLUSH_MS 1000"}
+# The peer's ways to keep amounts in the additive work: "insert" (a row per record received) and
+# "by-id" (a row per record id, upserted); see facts below.
+ADDITIVE_SINKS=${ADDITIVE_SINKS:-"insert by-id"}
+for k in $ADDITIVE_SINKS; do
+  case $k in insert | by-id) ;; *) echo "ADDITIVE_SINKS: insert or by-id, not $k" >&2; exit 2 ;; esac
+done
 bin=./target/release/batch-inbox bench=./target/release/batch-inbox-bench
 stamp=$(date +%s)
 work=$(mktemp -d /tmp/peers-compare.XXXXXX)
@@ -177,14 +186,23 @@ matching() {
                    WHERE c.id = x.id"
 }
 
-# The balances of the additive work, one row (account_id, amount) per account: ours, the peer's.
-BALANCES_OURS="SELECT account_id, amount FROM balances"
-BALANCES_PEER="SELECT account_id, sum(amount) AS amount FROM amount_entries GROUP BY account_id"
+# The additive work's sinks: ours, and the peer's two ways to keep amounts (SINK): "insert", a
+# row per record received (connector-amounts.properties into amount_entries), and "by-id", a row
+# per record id, upserted (connector-amounts-by-id.properties into amount_entries_by_id).
+# table_of SINK: the table; balances_of SINK: one row (account_id, amount) per account.
+table_of() { [ "$1" = by-id ] && echo amount_entries_by_id || echo amount_entries; }
+balances_of() {
+  if [ "$1" = ours ]; then
+    echo "SELECT account_id, amount FROM balances"
+  else
+    echo "SELECT account_id, sum(amount) AS amount FROM $(table_of "$1") GROUP BY account_id"
+  fi
+}
 
-# facts WORK DB [ours|peer]: one JSON object of what the run left. additive: every account of
-# the model or of the table, its balance against the model's sum (absent = 0); the peer's rows
-# and the records it counted more than once (rows beyond the first of each id; none for ours,
-# which keeps no row per record: its inbox holds each id once, by its primary key).
+# facts WORK DB [SINK]: one JSON object of what the run left. additive: every account of the
+# model or of the table, its balance against the model's sum (absent = 0); the peer's rows, and
+# for "insert" the records it counted more than once (rows beyond the first of each id; none for
+# ours or "by-id", which keep each id once by a primary key: their balances are the check).
 facts() {
   if [ "$1" = upsert ]; then
     psql_db "$2" -c "SELECT json_build_object(
@@ -200,10 +218,10 @@ facts() {
       'extra_applications', (SELECT count(*) - count(DISTINCT id) FROM customer_applications))"
     return
   fi
-  local observed=$BALANCES_OURS entries="NULL::bigint" twice="NULL::bigint" ids_twice="NULL::bigint"
-  if [ "$3" = peer ]; then
-    observed=$BALANCES_PEER
-    entries="(SELECT count(*) FROM amount_entries)"
+  local observed entries="NULL::bigint" twice="NULL::bigint" ids_twice="NULL::bigint"
+  observed=$(balances_of "$3")
+  [ "$3" = ours ] || entries="(SELECT count(*) FROM $(table_of "$3"))"
+  if [ "$3" = insert ]; then
     twice="(SELECT count(*) - count(DISTINCT id) FROM amount_entries)"
     ids_twice="(SELECT count(*) FROM (SELECT id FROM amount_entries GROUP BY id
                 HAVING count(*) > 1) t)"
@@ -234,23 +252,28 @@ peer_failed() {
   return 1
 }
 
-# peer_progress WORK DB: records the peer has written (upsert: row writes; additive: rows).
+# peer_progress WORK DB SINK: records the peer has written (upsert: row writes; additive: rows).
 peer_progress() {
   if [ "$1" = upsert ]; then
     psql_db "$2" -c 'SELECT count(*) FROM customer_applications'
   else
-    psql_db "$2" -c 'SELECT count(*) FROM amount_entries'
+    psql_db "$2" -c "SELECT count(*) FROM $(table_of "$3")"
   fi
 }
 
-# wait_peer WORK DB DEADLINE_S: until the peer has applied the whole topic (polled). upsert:
-# every customer's row holds the last record of its key in the topic; additive: a row per record
-# of the topic (a re-delivery after a kill adds rows, so after a kill this is only a lower bound:
-# kill_peer also waits for the group's commit of the topic's end).
+# peer_target WORK SINK: peer_progress once the whole topic is applied (upsert: not used).
+peer_target() { [ "$2" = by-id ] && echo "$new" || echo "$MESSAGES"; }
+
+# wait_peer WORK DB DEADLINE_S SINK: until the peer has applied the whole topic (polled). upsert:
+# every customer's row holds the last record of its key in the topic. additive: "insert", a row
+# per record of the topic (a re-delivery after a kill adds rows, so after a kill this is only a
+# lower bound: kill_peer also waits for the group's commit of the topic's end); "by-id", a row
+# per new id (the records after the last new one of a partition rewrite rows with the values
+# they hold: the state is final, though the sink may still be writing them).
 wait_peer() {
   local deadline=$((SECONDS + $3))
   while if [ "$1" = upsert ]; then [ "$(matching "$2" expected_last_sent)" != "$keys" ]; else
-    [ "$(peer_progress "$1" "$2")" -lt "$MESSAGES" ]; fi; do
+    [ "$(peer_progress "$1" "$2" "$4")" -lt "$(peer_target "$1" "$4")" ]; fi; do
     [ $SECONDS -lt "$deadline" ] || return 1
     peer_failed && return 1
     sleep 0.2
@@ -274,41 +297,58 @@ print(json.dumps(row))
 PY
 }
 
-# The work's names: labels of its rows, databases, connectors and groups. The upsert work keeps
-# the names it had before the additive one was added.
-label_of() { [ "$1" = upsert ] && echo "$2" || echo "additive-$2"; }
-db_of() { [ "$1" = upsert ] && echo "${PREFIX}peers_$2" || echo "${PREFIX}peers_add_$2"; }
+# The work's names: labels of its rows, databases, connectors and groups (the sink "by-id" gets a
+# prefix of its own). The upsert work keeps the names it had before the additive one was added.
+label_of() {
+  case $1:${3:-} in
+    upsert:*) echo "$2" ;;
+    *:by-id) echo "additive-by-id-$2" ;;
+    *) echo "additive-$2" ;;
+  esac
+}
+db_of() {
+  case $1:${3:-} in
+    upsert:*) echo "${PREFIX}peers_$2" ;;
+    *:by-id) echo "${PREFIX}peers_add_byid_$2" ;;
+    *) echo "${PREFIX}peers_add_$2" ;;
+  esac
+}
 sql_of() {
   [ "$1" = upsert ] && echo examples/sql/customer_entries.sql || echo examples/sql/balances_connect.sql
 }
-# peer_args WORK: the connector's template and table of the work (lib.sh's defaults for upsert).
+# peer_args WORK SINK: the connector's template and table (lib.sh's defaults for upsert).
 peer_args() {
-  [ "$1" = upsert ] || echo "CONNECTOR_TEMPLATE=connector-amounts.properties TABLE=amount_entries"
+  case $1:$2 in
+    upsert:*) ;;
+    *:by-id) echo "CONNECTOR_TEMPLATE=connector-amounts-by-id.properties TABLE=amount_entries_by_id" ;;
+    *) echo "CONNECTOR_TEMPLATE=connector-amounts.properties TABLE=amount_entries" ;;
+  esac
 }
 
-# run_peer WORK NAME BATCH MAX_POLL UNNEST REDUCTION: the peer on the whole topic, timed from its
-# task's start to the moment it has applied the whole topic (wait_peer).
+# run_peer WORK SINK NAME BATCH MAX_POLL UNNEST REDUCTION: the peer on the whole topic, timed
+# from its task's start to the moment it has applied the whole topic (wait_peer). SINK: "-" for
+# the upsert work, "insert" or "by-id" for the additive one.
 run_peer() {
-  local w=$1 name=$2 db
-  db=$(db_of "$w" "connect_$name")
+  local w=$1 k=$2 name=$3 db
+  db=$(db_of "$w" "connect_$name" "$k")
   fresh_db "$w" "$db"
   rm -rf "$work/peer"
-  log "$w: peer $name: batch.size=$3 max.poll.records=$4 unnest=$5 reduction=$6"
+  log "$w: peer $(label_of "$w" "$name" "$k"): batch.size=$4 max.poll.records=$5 unnest=$6 reduction=$7"
   # shellcheck disable=SC2046 # peer_args is a list of K=V words
-  start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="$(label_of "$w" "peer-$name")-$stamp" \
-    BATCH_SIZE="$3" MAX_POLL="$4" UNNEST="$5" REDUCTION="$6" FLUSH_MS="$FLUSH_MS" $(peer_args "$w")
+  start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="$(label_of "$w" "peer-$name" "$k")-$stamp" \
+    BATCH_SIZE="$4" MAX_POLL="$5" UNNEST="$6" REDUCTION="$7" FLUSH_MS="$FLUSH_MS" $(peer_args "$w" "$k")
   local t0 s0 p0 b0 m0
   t0=$(now) s0=$(proc_cpu "$PEER_PID") p0=$(pg_cpu) b0=$(proc_cpu "$broker_pid") m0=$(machine_cpu)
-  wait_peer "$w" "$db" 900 || { log "$w: peer $name: no final state in 900 s"; return 1; }
+  wait_peer "$w" "$db" 900 "$k" || { log "$w: peer $name: no final state in 900 s"; return 1; }
   local t1 s1 p1 b1 m1
   t1=$(now) s1=$(proc_cpu "$PEER_PID") p1=$(pg_cpu) b1=$(proc_cpu "$broker_pid") m1=$(machine_cpu)
   stop_peer "$work/peer"
   PEER_PID=""
-  record "$w" "$(label_of "$w" "connect-$name")" \
+  record "$w" "$(label_of "$w" "connect-$name" "$k")" \
     "Kafka Connect $KAFKA_VERSION + Debezium JDBC sink $PEER_DEBEZIUM_VERSION ($name)" \
     "$(minus "$t1" "$t0")" "$(minus "$s1" "$s0")" "$(minus "$p1" "$p0")" \
-    "$(minus "$b1" "$b0")" "$(minus "$m1" "$m0")" "$(facts "$w" "$db" peer)" \
-    "batch.size=$3 consumer.max.poll.records=$4 unnest=$5 use.reduction.buffer=$6 offset.flush.interval.ms=$FLUSH_MS"
+    "$(minus "$b1" "$b0")" "$(minus "$m1" "$m0")" "$(facts "$w" "$db" "$k")" \
+    "batch.size=$4 consumer.max.poll.records=$5 unnest=$6 use.reduction.buffer=$7 offset.flush.interval.ms=$FLUSH_MS"
 }
 
 our_run() { # WORK DB GROUP [flags...]: the processor, in place of the calling (sub)shell
@@ -377,34 +417,34 @@ sys.exit(rc)' env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --broker
     "$(facts "$w" "$db" ours)" "defaults; $(sql_of "$w"); inbox rows $inbox (model: $new)"
 }
 
-# kill_peer WORK FLUSH_MS: the peer's default configuration with offset.flush.interval.ms=FLUSH_MS,
-# kill -9 once half the records are applied, a restart, until its group has committed the whole
-# topic (nothing more can be re-delivered).
+# kill_peer WORK SINK FLUSH_MS: the peer's default configuration with
+# offset.flush.interval.ms=FLUSH_MS, kill -9 once half the records are applied, a restart, until
+# its group has committed the whole topic (nothing more can be re-delivered).
 kill_peer() {
-  local w=$1 FLUSH_MS=$2 db connector
-  db=$(db_of "$w" "connect_kill_$FLUSH_MS")
-  connector="$(label_of "$w" "peer-kill-$FLUSH_MS")-$stamp"
+  local w=$1 k=$2 FLUSH_MS=$3 db connector
+  db=$(db_of "$w" "connect_kill_$FLUSH_MS" "$k")
+  connector="$(label_of "$w" "peer-kill-$FLUSH_MS" "$k")-$stamp"
   fresh_db "$w" "$db"
   rm -rf "$work/peer"
-  log "$w: peer with a kill -9 at half the input (offset.flush.interval.ms=$FLUSH_MS)"
+  log "$w ${k#-}: peer with a kill -9 at half the input (offset.flush.interval.ms=$FLUSH_MS)"
   # shellcheck disable=SC2046 # peer_args is a list of K=V words
   start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="$connector" \
-    FLUSH_MS="$FLUSH_MS" $(peer_args "$w")
+    FLUSH_MS="$FLUSH_MS" $(peer_args "$w" "$k")
   local deadline=$((SECONDS + 600))
-  while [ "$(peer_progress "$w" "$db")" -lt $((MESSAGES / 2)) ]; do
+  while [ "$(peer_progress "$w" "$db" "$k")" -lt $((MESSAGES / 2)) ]; do
     [ $SECONDS -lt $deadline ] || { log "peer: not half-way in 600 s"; return 1; }
     peer_failed && return 1
     sleep 0.1
   done
   kill -KILL "$PEER_PID"
   local at
-  at=$(peer_progress "$w" "$db")
+  at=$(peer_progress "$w" "$db" "$k")
   log "killed Kafka Connect (pid $PEER_PID) at $at writes"
   sleep 0.5
   # shellcheck disable=SC2046 # peer_args is a list of K=V words
   start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="$connector" \
-    FLUSH_MS="$FLUSH_MS" $(peer_args "$w")
-  wait_peer "$w" "$db" 900 || return 1
+    FLUSH_MS="$FLUSH_MS" $(peer_args "$w" "$k")
+  wait_peer "$w" "$db" 900 "$k" || return 1
   deadline=$((SECONDS + 300))
   while [ "$(peer_committed "$KAFKA_BROKERS" "connect-$connector")" != "$MESSAGES" ]; do
     [ $SECONDS -lt $deadline ] || { log "peer: its group did not commit the topic's end"; return 1; }
@@ -412,8 +452,8 @@ kill_peer() {
   done
   stop_peer "$work/peer"
   PEER_PID=""
-  record "$w" "$(label_of "$w" "connect-kill-$FLUSH_MS")" "Kafka Connect + Debezium JDBC sink, kill -9 at half" \
-    1 0 0 0 0 "$(facts "$w" "$db" peer)" "killed at $at writes; offset.flush.interval.ms=$FLUSH_MS"
+  record "$w" "$(label_of "$w" "connect-kill-$FLUSH_MS" "$k")" "Kafka Connect + Debezium JDBC sink, kill -9 at half" \
+    1 0 0 0 0 "$(facts "$w" "$db" "$k")" "killed at $at rows written; offset.flush.interval.ms=$FLUSH_MS"
 }
 
 kill_ours() { # WORK
@@ -449,14 +489,21 @@ kill_ours() { # WORK
 
 rm -f "$work/rows.jsonl"
 for w in $WORK; do
+  # The peer's sinks of the work: one for upsert, ADDITIVE_SINKS for additive.
+  sinks=-
+  [ "$w" = upsert ] || sinks=$ADDITIVE_SINKS
   run_ours "$w"
-  for p in $PEERS; do
-    IFS=: read -r name batch poll unnest reduction <<<"$p"
-    run_peer "$w" "$name" "$batch" "$poll" "$unnest" "$reduction"
+  for k in $sinks; do
+    for p in $PEERS; do
+      IFS=: read -r name batch poll unnest reduction <<<"$p"
+      run_peer "$w" "$k" "$name" "$batch" "$poll" "$unnest" "$reduction"
+    done
   done
   if [ "$KILL" = 1 ]; then
     kill_ours "$w"
-    for f in $KILL_FLUSH_MS; do kill_peer "$w" "$f"; done
+    for k in $sinks; do
+      for f in $KILL_FLUSH_MS; do kill_peer "$w" "$k" "$f"; done
+    done
   fi
 done
 

@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -127,10 +128,15 @@ if "additive" in works:
         "new amounts to `balances` (`examples/sql/balances_connect.sql`, one aggregate "
         "`INSERT … ON CONFLICT (account_id) DO UPDATE SET amount = balances.amount + "
         "excluded.amount` per batch). Debezium's JDBC sink has no statement that adds to a column, "
-        "so it inserts one row per record it receives into `amount_entries` "
-        "(`scripts/peers/connector-amounts.properties`: `insert.mode=insert`, "
-        "`primary.key.mode=none`, a key the database generates), and its balance is "
-        "`sum(amount) GROUP BY account_id`. " + CPU,
+        "so it keeps a row per record and its balance is `sum(amount) GROUP BY account_id` over "
+        "them, in two ways: `additive-connect-*` inserts a row per record it receives into "
+        "`amount_entries` (`scripts/peers/connector-amounts.properties`: `insert.mode=insert`, "
+        "`primary.key.mode=none`, a key the database generates); `additive-by-id-connect-*` "
+        "upserts a row per record id into `amount_entries_by_id` "
+        "(`scripts/peers/connector-amounts-by-id.properties`: `insert.mode=upsert`, "
+        "`primary.key.mode=record_value`, `primary.key.fields=id`, the id the payload carries), "
+        "so that a record received again overwrites its own row. The peer's runs are timed until "
+        "its table holds a row per record of the topic (insert) or per new id (by id). " + CPU,
         "",
         "| run | msgs/s | sink CPU | PostgreSQL CPU | broker CPU | machine CPU | accounts = model | total absolute error | total − model's total | rows | records counted twice | counted twice added by the kill | note |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -143,7 +149,8 @@ if "additive" in works:
 
     for r in ad:
         s = r["state"]
-        b = "additive-connect-default" if r["label"].startswith("additive-connect-kill") else None
+        # The same sink's run without a kill, in its default configuration.
+        b = re.sub(r"kill-\d+$", "default", r["label"]) if "connect-kill" in r["label"] else None
         added = f"{s['counted_twice'] - twice[b]:,}" if twice.get(b) is not None else "-"
         lines.append(
             f"| {r['label']} | {rate_and_cpu(r)} | {s['accounts_right']} / {s['accounts']} | "
@@ -156,11 +163,12 @@ if "additive" in works:
         "model or in the table; *total absolute error*: the sum over accounts of |balance − the "
         "model's sum| (amounts are credits and debits, so a record counted twice adds its "
         "|amount| or cancels against another one of the same account); *total − model's total*: "
-        "the sum of all balances less the model's; *rows*: the peer's rows in `amount_entries`, "
-        "one per record it inserted; *records counted twice*: the peer's rows beyond the first of "
-        "each record id (ours keeps no row per record, `-`: its inbox holds each id once, by its "
-        "primary key, and its balances are the check); *counted twice added by the kill*: the "
-        "peer's kill run's records counted twice less those of its run without a kill.",
+        "the sum of all balances less the model's; *rows*: the peer's rows in its table (one per "
+        "record inserted, or per id upserted); *records counted twice*: the inserting peer's rows "
+        "beyond the first of each record id (`-` where a primary key holds each id once: our "
+        "inbox, the peer's table by id; their balances are the check); *counted twice added by "
+        "the kill*: a kill run's records counted twice less those of the same sink's run without "
+        "a kill.",
         "",
     ]
 
