@@ -426,7 +426,8 @@ kill_peer() {
   connector="$(label_of "$w" "peer-kill-$FLUSH_MS" "$k")-$stamp"
   fresh_db "$w" "$db"
   rm -rf "$work/peer"
-  log "$w ${k#-}: peer with a kill -9 at half the input (offset.flush.interval.ms=$FLUSH_MS)"
+  local sink_name=${k#-}
+  log "$w${sink_name:+ $sink_name}: peer with a kill -9 at half the input (offset.flush.interval.ms=$FLUSH_MS)"
   # shellcheck disable=SC2046 # peer_args is a list of K=V words
   start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="$connector" \
     FLUSH_MS="$FLUSH_MS" $(peer_args "$w" "$k")
