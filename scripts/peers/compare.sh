@@ -3,27 +3,42 @@
 # Debezium's JDBC sink, scripts/peers/lib.sh), in one run: the same topic from
 # `batch-inbox-bench produce --envelope connect-json` (a Connect JSON envelope, 10%
 # duplicates: records re-sent with the id of an earlier one), the same broker and PostgreSQL.
+# Two works (WORK), each on databases of its own:
 #
-# Last write wins: the customer's latest entry by key, on the same table
+# upsert: last write wins, the customer's latest entry by key, on the same table
 # (examples/sql/customer_entries.ddl.sql), upserted by Debezium's sink in upsert mode and by
 # `batch-inbox run --handler sql --apply-sql examples/sql/customer_entries.sql`. A trigger logs
 # every write with the record id it wrote (customer_applications), so that a second application
 # of one record shows although the table hides it.
 #
+# additive: balance += amount per account. Ours adds each batch's new amounts to `balances`
+# (examples/sql/balances_connect.sql on examples/sql/balances.ddl.sql); Debezium's sink cannot add
+# to a column, so it keeps a row per record in a table of amounts
+# (scripts/peers/amount_entries.ddl.sql) and its balance is sum(amount) GROUP BY account_id: by
+# inserting every record it receives (ADDITIVE_SINKS "insert", connector-amounts.properties), or
+# by upserting each record id's row (by-id, connector-amounts-by-id.properties). All are checked
+# against the model's per-account sums of the new records' amounts (`produce --expect`: "sums";
+# no overdraft rule on either side).
+#
 # For each run: msgs/s, CPU seconds per 1000 records of the sink process (the Connect JVM, our
-# processor), PostgreSQL and the broker, the final state against the model (the peer is checked
-# against "the last record of each key in the topic", ours against "the last new record of
-# each key"), and the ids applied more than once. With KILL=1 each sink is also run once more
-# with a kill -9 in the middle and a restart.
+# processor), PostgreSQL and the broker, and the final state against the model. upsert: the peer
+# is checked against "the last record of each key in the topic", ours against "the last new
+# record of each key", and the ids applied more than once are counted. additive: accounts whose
+# balance equals the model's, the sum over accounts of |balance - model|, and the records counted
+# more than once (the peer's rows beyond the first of each record id). With KILL=1 each sink is
+# also run once more per work with a kill -9 in the middle and a restart. The script fails when
+# ours differs from the model in any run.
 #
 #   scripts/peers/compare.sh                 MESSAGES=200000 by default, results/peers/
 #   MESSAGES=20000 KILL=1 scripts/peers/compare.sh
+#   WORK=additive MESSAGES=20000 scripts/peers/compare.sh
 #
-# Environment: MESSAGES, ACCOUNTS (1000), PARTITIONS (8), SEED (1), OUT (results/peers),
-# PEERS ("default" or a space-separated list of the peer configurations below), KILL (0),
-# FLUSH_MS (the peer's offset.flush.interval.ms, 10000), KILL_FLUSH_MS (those of the peer's kill
-# runs, "10000 1000"), KAFKA_BROKERS (an existing broker; otherwise a single Apache Kafka node of
-# its own).
+# Environment: WORK ("upsert additive", or one of them), MESSAGES, ACCOUNTS (1000), PARTITIONS
+# (8), SEED (1), OUT (results/peers), PEERS ("default" or a space-separated list of the peer
+# configurations below; the same for both works and each additive sink), ADDITIVE_SINKS
+# ("insert by-id"), KILL (0), FLUSH_MS (the peer's offset.flush.interval.ms, 10000),
+# KILL_FLUSH_MS (those of the peer's kill runs, "10000 1000"), KAFKA_BROKERS (an existing broker;
+# otherwise a single Apache Kafka node of its own).
 # Databases are named ${TEST_DATABASE_PREFIX:-bi_}peers_*; they are dropped and created again.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,13 +50,24 @@ PARTITIONS=${PARTITIONS:-8}
 SEED=${SEED:-1}
 OUT=${OUT:-results/peers}
 KILL=${KILL:-0}
+WORK=${WORK:-"upsert additive"}
+for w in $WORK; do
+  case $w in upsert | additive) ;; *) echo "WORK: upsert or additive, not $w" >&2; exit 2 ;; esac
+done
 PREFIX=${TEST_DATABASE_PREFIX:-bi_}
-# Peer configurations: NAME:BATCH_SIZE:MAX_POLL:UNNEST:REDUCTION.
+# Peer configurations: NAME:BATCH_SIZE:MAX_POLL:UNNEST:REDUCTION. The additive work's sink
+# has no key fields, so its reduction buffer is never used (connector-amounts.properties).
 PEERS=${PEERS:-"default:500:500:false:false batch2000:2000:2000:false:false unnest2000:2000:2000:true:true"}
 # The peer's offset-commit interval (Connect's offset.flush.interval.ms; its default is 60000),
 # and those of its kill runs.
 FLUSH_MS=${FLUSH_MS:-10000}
 KILL_FLUSH_MS=${KILL_FLUSH_MS:-"$FLUSH_MS 1000"}
+# The peer's ways to keep amounts in the additive work: "insert" (a row per record received) and
+# "by-id" (a row per record id, upserted); see facts below.
+ADDITIVE_SINKS=${ADDITIVE_SINKS:-"insert by-id"}
+for k in $ADDITIVE_SINKS; do
+  case $k in insert | by-id) ;; *) echo "ADDITIVE_SINKS: insert or by-id, not $k" >&2; exit 2 ;; esac
+done
 bin=./target/release/batch-inbox bench=./target/release/batch-inbox-bench
 stamp=$(date +%s)
 work=$(mktemp -d /tmp/peers-compare.XXXXXX)
@@ -116,44 +142,70 @@ log "producing $MESSAGES records (10% duplicates, no bad input) to $topic ($PART
 $bench produce --brokers "$KAFKA_BROKERS" --topic "$topic" --partitions "$PARTITIONS" \
   --messages "$MESSAGES" --accounts "$ACCOUNTS" --duplicate-ratio 0.1 --bad-ratio 0 \
   --seed "$SEED" --envelope connect-json --expect "$work/expect.json" >&2
-read -r new dups keys < <(python3 -c '
+read -r new dups keys sum_accounts < <(python3 -c '
 import json, sys
 e = json.load(open(sys.argv[1]))
-print(e["new"], e["duplicates"], len(e["last_new"]))' "$work/expect.json")
-log "model: $new new records, $dups duplicates, $keys customers"
+print(e["new"], e["duplicates"], len(e["last_new"]), len(e["sums"]))' "$work/expect.json")
+log "model: $new new records, $dups duplicates, $keys customers, $sum_accounts accounts with a sum"
 
-# fresh_db NAME: the database of one run, with the table, its trigger and the model's two
-# expected states (expected_last_new, expected_last_sent: customer_id → id).
-fresh_db() {
-  local db=$1
-  fresh_database "$db"
-  psql_db "$db" -v ON_ERROR_STOP=1 -f examples/sql/customer_entries.ddl.sql >/dev/null
-  psql_db "$db" -v ON_ERROR_STOP=1 -c \
-    "CREATE TABLE expected_last_new (customer_id text PRIMARY KEY, id text NOT NULL);
-     CREATE TABLE expected_last_sent (customer_id text PRIMARY KEY, id text NOT NULL);" >/dev/null
+# model_rows FIELD: the model's map FIELD of expect.json as tab-separated key and value lines.
+model_rows() {
   python3 -c '
 import json, sys
 e = json.load(open(sys.argv[1]))
 for k, v in e[sys.argv[2]].items():
-    print(f"{k}\t{v}")' "$work/expect.json" last_new |
-    psql_db "$db" -c "\\copy expected_last_new FROM STDIN"
-  python3 -c '
-import json, sys
-e = json.load(open(sys.argv[1]))
-for k, v in e[sys.argv[2]].items():
-    print(f"{k}\t{v}")' "$work/expect.json" last_sent |
-    psql_db "$db" -c "\\copy expected_last_sent FROM STDIN"
+    print(f"{k}\t{v}")' "$work/expect.json" "$1"
 }
 
-# matching DB TABLE: customers whose row holds the id TABLE expects.
+# fresh_db WORK NAME: the database of one run, with the work's tables and the model's expected
+# state. upsert: customer_entries, its trigger, expected_last_new and expected_last_sent
+# (customer_id → id). additive: our balances, the peer's amount_entries and expected_sums
+# (account_id → the sum of its new records' amounts).
+fresh_db() {
+  local db=$2
+  fresh_database "$db"
+  if [ "$1" = upsert ]; then
+    psql_db "$db" -v ON_ERROR_STOP=1 -f examples/sql/customer_entries.ddl.sql >/dev/null
+    psql_db "$db" -v ON_ERROR_STOP=1 -c \
+      "CREATE TABLE expected_last_new (customer_id text PRIMARY KEY, id text NOT NULL);
+       CREATE TABLE expected_last_sent (customer_id text PRIMARY KEY, id text NOT NULL);" >/dev/null
+    model_rows last_new | psql_db "$db" -c "\\copy expected_last_new FROM STDIN"
+    model_rows last_sent | psql_db "$db" -c "\\copy expected_last_sent FROM STDIN"
+  else
+    psql_db "$db" -v ON_ERROR_STOP=1 -f examples/sql/balances.ddl.sql \
+      -f scripts/peers/amount_entries.ddl.sql >/dev/null
+    psql_db "$db" -v ON_ERROR_STOP=1 -c \
+      "CREATE TABLE expected_sums (account_id bigint PRIMARY KEY, amount bigint NOT NULL)" >/dev/null
+    model_rows sums | psql_db "$db" -c "\\copy expected_sums FROM STDIN"
+  fi
+}
+
+# matching DB TABLE: customers whose row holds the id TABLE expects (upsert).
 matching() {
   psql_db "$1" -c "SELECT count(*) FROM customer_entries c JOIN $2 x USING (customer_id)
                    WHERE c.id = x.id"
 }
 
-# facts DB: one JSON object of what the run left.
+# The additive work's sinks: ours, and the peer's two ways to keep amounts (SINK): "insert", a
+# row per record received (connector-amounts.properties into amount_entries), and "by-id", a row
+# per record id, upserted (connector-amounts-by-id.properties into amount_entries_by_id).
+# table_of SINK: the table; balances_of SINK: one row (account_id, amount) per account.
+table_of() { [ "$1" = by-id ] && echo amount_entries_by_id || echo amount_entries; }
+balances_of() {
+  if [ "$1" = ours ]; then
+    echo "SELECT account_id, amount FROM balances"
+  else
+    echo "SELECT account_id, sum(amount) AS amount FROM $(table_of "$1") GROUP BY account_id"
+  fi
+}
+
+# facts WORK DB [SINK]: one JSON object of what the run left. additive: every account of the
+# model or of the table, its balance against the model's sum (absent = 0); the peer's rows, and
+# for "insert" the records it counted more than once (rows beyond the first of each id; none for
+# ours or "by-id", which keep each id once by a primary key: their balances are the check).
 facts() {
-  psql_db "$1" -c "SELECT json_build_object(
+  if [ "$1" = upsert ]; then
+    psql_db "$2" -c "SELECT json_build_object(
       'rows', (SELECT count(*) FROM customer_entries),
       'match_last_new', (SELECT count(*) FROM customer_entries c
                          JOIN expected_last_new x USING (customer_id) WHERE c.id = x.id),
@@ -164,31 +216,78 @@ facts() {
       'ids_applied_twice', (SELECT count(*) FROM (SELECT id FROM customer_applications
                             GROUP BY id HAVING count(*) > 1) t),
       'extra_applications', (SELECT count(*) - count(DISTINCT id) FROM customer_applications))"
+    return
+  fi
+  local observed entries="NULL::bigint" twice="NULL::bigint" ids_twice="NULL::bigint"
+  observed=$(balances_of "$3")
+  [ "$3" = ours ] || entries="(SELECT count(*) FROM $(table_of "$3"))"
+  if [ "$3" = insert ]; then
+    twice="(SELECT count(*) - count(DISTINCT id) FROM amount_entries)"
+    ids_twice="(SELECT count(*) FROM (SELECT id FROM amount_entries GROUP BY id
+                HAVING count(*) > 1) t)"
+  fi
+  psql_db "$2" -c "WITH observed AS ($observed),
+    cmp AS (SELECT coalesce(o.amount, 0) AS o, coalesce(x.amount, 0) AS x
+            FROM observed o FULL JOIN expected_sums x USING (account_id))
+    SELECT json_build_object(
+      'model_accounts', (SELECT count(*) FROM expected_sums),
+      'accounts', (SELECT count(*) FROM cmp),
+      'accounts_right', (SELECT count(*) FROM cmp WHERE o = x),
+      'abs_error', (SELECT coalesce(sum(abs(o - x)), 0) FROM cmp),
+      'total', (SELECT coalesce(sum(o), 0) FROM cmp),
+      'model_total', (SELECT coalesce(sum(x), 0) FROM cmp),
+      'entries', $entries,
+      'counted_twice', $twice,
+      'ids_counted_twice', $ids_twice)"
 }
 
-# wait_state DB TABLE DEADLINE_S: until every customer's row holds TABLE's id (polled).
-wait_state() {
+# peer_failed: Kafka Connect ended or its task failed (its errors logged).
+peer_failed() {
+  if [ -n "${PEER_PID:-}" ] && { ! kill -0 "$PEER_PID" 2>/dev/null ||
+    grep -q "Task threw an uncaught and unrecoverable exception" "$work/peer/connect.log"; }; then
+    log "Kafka Connect ended or its task failed; its errors:"
+    grep -A3 ERROR "$work/peer/connect.log" | head -n 20 >&2
+    return 0
+  fi
+  return 1
+}
+
+# peer_progress WORK DB SINK: records the peer has written (upsert: row writes; additive: rows).
+peer_progress() {
+  if [ "$1" = upsert ]; then
+    psql_db "$2" -c 'SELECT count(*) FROM customer_applications'
+  else
+    psql_db "$2" -c "SELECT count(*) FROM $(table_of "$3")"
+  fi
+}
+
+# peer_target WORK SINK: peer_progress once the whole topic is applied (upsert: not used).
+peer_target() { [ "$2" = by-id ] && echo "$new" || echo "$MESSAGES"; }
+
+# wait_peer WORK DB DEADLINE_S SINK: until the peer has applied the whole topic (polled). upsert:
+# every customer's row holds the last record of its key in the topic. additive: "insert", a row
+# per record of the topic (a re-delivery after a kill adds rows, so after a kill this is only a
+# lower bound: kill_peer also waits for the group's commit of the topic's end); "by-id", a row
+# per new id (the records after the last new one of a partition rewrite rows with the values
+# they hold: the state is final, though the sink may still be writing them).
+wait_peer() {
   local deadline=$((SECONDS + $3))
-  while [ "$(matching "$1" "$2")" != "$keys" ]; do
+  while if [ "$1" = upsert ]; then [ "$(matching "$2" expected_last_sent)" != "$keys" ]; else
+    [ "$(peer_progress "$1" "$2" "$4")" -lt "$(peer_target "$1" "$4")" ]; fi; do
     [ $SECONDS -lt "$deadline" ] || return 1
-    if [ -n "${PEER_PID:-}" ] && { ! kill -0 "$PEER_PID" 2>/dev/null ||
-      grep -q "Task threw an uncaught and unrecoverable exception" "$work/peer/connect.log"; }; then
-      log "Kafka Connect ended or its task failed; its errors:"
-      grep -A3 ERROR "$work/peer/connect.log" | head -n 20 >&2
-      return 1
-    fi
+    peer_failed && return 1
     sleep 0.2
   done
 }
 
-# record LABEL SINK WALL SINK_CPU PG_CPU BROKER_CPU MACHINE_CPU FACTS [NOTE]: one result row.
+# record WORK LABEL SINK WALL SINK_CPU PG_CPU BROKER_CPU MACHINE_CPU FACTS [NOTE]: one result row.
 record() {
   python3 - "$work/rows.jsonl" "$MESSAGES" "$@" <<'PY'
 import json, sys
-f, n, label, sink, wall, s, p, b, m, facts = sys.argv[1:11]
-note = sys.argv[11] if len(sys.argv) > 11 else ""
+f, n, w, label, sink, wall, s, p, b, m, facts = sys.argv[1:12]
+note = sys.argv[12] if len(sys.argv) > 12 else ""
 n = int(n)
-row = {"label": label, "sink": sink, "records": n, "wall_s": round(float(wall), 2),
+row = {"work": w, "label": label, "sink": sink, "records": n, "wall_s": round(float(wall), 2),
        "msgs_per_s": round(n / float(wall)),
        "cpu_ms_per_1k": {"sink": round(float(s) * 1e6 / n, 1), "postgres": round(float(p) * 1e6 / n, 1),
                          "broker": round(float(b) * 1e6 / n, 1), "machine": round(float(m) * 1e6 / n, 1)},
@@ -198,55 +297,106 @@ print(json.dumps(row))
 PY
 }
 
-# run_peer NAME BATCH MAX_POLL UNNEST REDUCTION: the peer on the whole topic, timed from its task's
-# start to the moment every customer holds the last record of its key in the topic.
+# The work's names: labels of its rows, databases, connectors and groups (the sink "by-id" gets a
+# prefix of its own). The upsert work keeps the names it had before the additive one was added.
+label_of() {
+  case $1:${3:-} in
+    upsert:*) echo "$2" ;;
+    *:by-id) echo "additive-by-id-$2" ;;
+    *) echo "additive-$2" ;;
+  esac
+}
+db_of() {
+  case $1:${3:-} in
+    upsert:*) echo "${PREFIX}peers_$2" ;;
+    *:by-id) echo "${PREFIX}peers_add_byid_$2" ;;
+    *) echo "${PREFIX}peers_add_$2" ;;
+  esac
+}
+sql_of() {
+  [ "$1" = upsert ] && echo examples/sql/customer_entries.sql || echo examples/sql/balances_connect.sql
+}
+# peer_args WORK SINK: the connector's template and table (lib.sh's defaults for upsert).
+peer_args() {
+  case $1:$2 in
+    upsert:*) ;;
+    *:by-id) echo "CONNECTOR_TEMPLATE=connector-amounts-by-id.properties TABLE=amount_entries_by_id" ;;
+    *) echo "CONNECTOR_TEMPLATE=connector-amounts.properties TABLE=amount_entries" ;;
+  esac
+}
+
+# run_peer WORK SINK NAME BATCH MAX_POLL UNNEST REDUCTION: the peer on the whole topic, timed
+# from its task's start to the moment it has applied the whole topic (wait_peer). SINK: "-" for
+# the upsert work, "insert" or "by-id" for the additive one.
 run_peer() {
-  local name=$1 db="${PREFIX}peers_connect_$1"
-  fresh_db "$db"
+  local w=$1 k=$2 name=$3 db
+  db=$(db_of "$w" "connect_$name" "$k")
+  fresh_db "$w" "$db"
   rm -rf "$work/peer"
-  log "peer $name: batch.size=$2 max.poll.records=$3 unnest=$4 reduction=$5"
-  start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="peer-$name-$stamp" \
-    BATCH_SIZE="$2" MAX_POLL="$3" UNNEST="$4" REDUCTION="$5" FLUSH_MS="$FLUSH_MS"
+  log "$w: peer $(label_of "$w" "$name" "$k"): batch.size=$4 max.poll.records=$5 unnest=$6 reduction=$7"
+  # shellcheck disable=SC2046 # peer_args is a list of K=V words
+  start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="$(label_of "$w" "peer-$name" "$k")-$stamp" \
+    BATCH_SIZE="$4" MAX_POLL="$5" UNNEST="$6" REDUCTION="$7" FLUSH_MS="$FLUSH_MS" $(peer_args "$w" "$k")
   local t0 s0 p0 b0 m0
   t0=$(now) s0=$(proc_cpu "$PEER_PID") p0=$(pg_cpu) b0=$(proc_cpu "$broker_pid") m0=$(machine_cpu)
-  wait_state "$db" expected_last_sent 900 || { log "peer $name: no final state in 900 s"; return 1; }
+  wait_peer "$w" "$db" 900 "$k" || { log "$w: peer $name: no final state in 900 s"; return 1; }
   local t1 s1 p1 b1 m1
   t1=$(now) s1=$(proc_cpu "$PEER_PID") p1=$(pg_cpu) b1=$(proc_cpu "$broker_pid") m1=$(machine_cpu)
   stop_peer "$work/peer"
   PEER_PID=""
-  record "connect-$name" "Kafka Connect $KAFKA_VERSION + Debezium JDBC sink $PEER_DEBEZIUM_VERSION ($name)" \
+  record "$w" "$(label_of "$w" "connect-$name" "$k")" \
+    "Kafka Connect $KAFKA_VERSION + Debezium JDBC sink $PEER_DEBEZIUM_VERSION ($name)" \
     "$(minus "$t1" "$t0")" "$(minus "$s1" "$s0")" "$(minus "$p1" "$p0")" \
-    "$(minus "$b1" "$b0")" "$(minus "$m1" "$m0")" "$(facts "$db")" \
-    "batch.size=$2 consumer.max.poll.records=$3 unnest=$4 use.reduction.buffer=$5 offset.flush.interval.ms=$FLUSH_MS"
+    "$(minus "$b1" "$b0")" "$(minus "$m1" "$m0")" "$(facts "$w" "$db" "$k")" \
+    "batch.size=$4 consumer.max.poll.records=$5 unnest=$6 use.reduction.buffer=$7 offset.flush.interval.ms=$FLUSH_MS"
 }
 
-our_run() { # DB GROUP [flags...]: the processor, in place of the calling (sub)shell
-  local db=$1 group=$2
-  shift 2
+our_run() { # WORK DB GROUP [flags...]: the processor, in place of the calling (sub)shell
+  local w=$1 db=$2 group=$3
+  shift 3
   exec env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --brokers "$KAFKA_BROKERS" --topic "$topic" \
-    --group "$group" --handler sql --apply-sql examples/sql/customer_entries.sql "$@"
+    --group "$group" --handler sql --apply-sql "$(sql_of "$w")" "$@"
 }
 
-# check_ours DB INBOX_ROWS: the model's final state, its count of new ids in the inbox, and no id
-# written twice; the run fails otherwise.
+# check_ours WORK DB INBOX_ROWS: the model's count of new ids in the inbox, no dead letter, and
+# the model's final state: upsert, every customer on its last new record and no id written twice;
+# additive, every account's balance equal to the model's sum (and no account beyond the model's).
+# The run fails otherwise.
 check_ours() {
-  local state twice
-  state=$(matching "$1" expected_last_new)
-  twice=$(psql_db "$1" -c "SELECT count(*) FROM (SELECT id FROM customer_applications
-                           GROUP BY id HAVING count(*) > 1) t")
-  if [ "$state" != "$keys" ] || [ "$2" != "$new" ] || [ "$twice" != 0 ]; then
-    log "batch-inbox: $state of $keys customers as the model, $2 inbox rows (model: $new)," \
-      "$twice ids written twice"
+  local w=$1 db=$2 inbox=$3 letters
+  letters=$(psql_db "$db" -c "SELECT count(*) FROM dead_letters")
+  if [ "$w" = upsert ]; then
+    local state twice
+    state=$(matching "$db" expected_last_new)
+    twice=$(psql_db "$db" -c "SELECT count(*) FROM (SELECT id FROM customer_applications
+                             GROUP BY id HAVING count(*) > 1) t")
+    if [ "$state" != "$keys" ] || [ "$inbox" != "$new" ] || [ "$twice" != 0 ] || [ "$letters" != 0 ]; then
+      log "batch-inbox (upsert): $state of $keys customers as the model, $inbox inbox rows" \
+        "(model: $new), $twice ids written twice, $letters dead letters"
+      exit 1
+    fi
+    return
+  fi
+  local right accounts error
+  read -r right accounts error < <(facts additive "$db" ours | python3 -c '
+import json, sys
+f = json.load(sys.stdin)
+print(f["accounts_right"], f["accounts"], f["abs_error"])')
+  if [ "$right" != "$sum_accounts" ] || [ "$accounts" != "$sum_accounts" ] || [ "$error" != 0 ] ||
+    [ "$inbox" != "$new" ] || [ "$letters" != 0 ]; then
+    log "batch-inbox (additive): $right of $accounts accounts as the model ($sum_accounts in the" \
+      "model), total absolute error $error, $inbox inbox rows (model: $new), $letters dead letters"
     exit 1
   fi
 }
 
-# run_ours: batch-inbox on the whole topic with --exit-on-eof, its CPU from getrusage.
+# run_ours WORK: batch-inbox on the whole topic with --exit-on-eof, its CPU from getrusage.
 run_ours() {
-  local db="${PREFIX}peers_ours"
-  fresh_db "$db"
+  local w=$1 db
+  db=$(db_of "$w" ours)
+  fresh_db "$w" "$db"
   DATABASE_URL=$(db_url "$db") $bin migrate --handler sql >/dev/null
-  log "batch-inbox run --handler sql (defaults)"
+  log "$w: batch-inbox run --handler sql --apply-sql $(sql_of "$w") (defaults)"
   local t0 p0 b0 m0 s
   t0=$(now) p0=$(pg_cpu) b0=$(proc_cpu "$broker_pid") m0=$(machine_cpu)
   s=$(python3 -c '
@@ -255,59 +405,66 @@ rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(r.ru_utime + r.ru_stime)
 sys.exit(rc)' env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --brokers "$KAFKA_BROKERS" \
-    --topic "$topic" --group "ours-$stamp" --handler sql \
-    --apply-sql examples/sql/customer_entries.sql --exit-on-eof)
+    --topic "$topic" --group "$(label_of "$w" ours)-$stamp" --handler sql \
+    --apply-sql "$(sql_of "$w")" --exit-on-eof)
   local t1 p1 b1 m1
   t1=$(now) p1=$(pg_cpu) b1=$(proc_cpu "$broker_pid") m1=$(machine_cpu)
   local inbox
   inbox=$(psql_db "$db" -c "SELECT count(*) FROM inbox")
-  check_ours "$db" "$inbox"
-  record "batch-inbox" "batch-inbox run --handler sql" "$(minus "$t1" "$t0")" "$s" \
+  check_ours "$w" "$db" "$inbox"
+  record "$w" "$(label_of "$w" batch-inbox)" "batch-inbox run --handler sql" "$(minus "$t1" "$t0")" "$s" \
     "$(minus "$p1" "$p0")" "$(minus "$b1" "$b0")" "$(minus "$m1" "$m0")" \
-    "$(facts "$db")" "defaults; inbox rows $inbox (model: $new)"
+    "$(facts "$w" "$db" ours)" "defaults; $(sql_of "$w"); inbox rows $inbox (model: $new)"
 }
 
-# kill_peer FLUSH_MS: the peer's default configuration with offset.flush.interval.ms=FLUSH_MS,
-# kill -9 once half the records are applied, a restart, until its group has committed the whole
-# topic (nothing more can be re-delivered).
+# kill_peer WORK SINK FLUSH_MS: the peer's default configuration with
+# offset.flush.interval.ms=FLUSH_MS, kill -9 once half the records are applied, a restart, until
+# its group has committed the whole topic (nothing more can be re-delivered).
 kill_peer() {
-  local FLUSH_MS=$1 db="${PREFIX}peers_connect_kill_$1"
-  fresh_db "$db"
+  local w=$1 k=$2 FLUSH_MS=$3 db connector
+  db=$(db_of "$w" "connect_kill_$FLUSH_MS" "$k")
+  connector="$(label_of "$w" "peer-kill-$FLUSH_MS" "$k")-$stamp"
+  fresh_db "$w" "$db"
   rm -rf "$work/peer"
-  log "peer with a kill -9 at half the input (offset.flush.interval.ms=$FLUSH_MS)"
-  start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="peer-kill-$FLUSH_MS-$stamp" \
-    FLUSH_MS="$FLUSH_MS"
+  local sink_name=${k#-}
+  log "$w${sink_name:+ $sink_name}: peer with a kill -9 at half the input (offset.flush.interval.ms=$FLUSH_MS)"
+  # shellcheck disable=SC2046 # peer_args is a list of K=V words
+  start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="$connector" \
+    FLUSH_MS="$FLUSH_MS" $(peer_args "$w" "$k")
   local deadline=$((SECONDS + 600))
-  while [ "$(psql_db "$db" -c 'SELECT count(*) FROM customer_applications')" -lt $((MESSAGES / 2)) ]; do
+  while [ "$(peer_progress "$w" "$db" "$k")" -lt $((MESSAGES / 2)) ]; do
     [ $SECONDS -lt $deadline ] || { log "peer: not half-way in 600 s"; return 1; }
+    peer_failed && return 1
     sleep 0.1
   done
   kill -KILL "$PEER_PID"
   local at
-  at=$(psql_db "$db" -c 'SELECT count(*) FROM customer_applications')
+  at=$(peer_progress "$w" "$db" "$k")
   log "killed Kafka Connect (pid $PEER_PID) at $at writes"
   sleep 0.5
-  start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="peer-kill-$FLUSH_MS-$stamp" \
-    FLUSH_MS="$FLUSH_MS"
-  wait_state "$db" expected_last_sent 900 || return 1
+  # shellcheck disable=SC2046 # peer_args is a list of K=V words
+  start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="$connector" \
+    FLUSH_MS="$FLUSH_MS" $(peer_args "$w" "$k")
+  wait_peer "$w" "$db" 900 "$k" || return 1
   deadline=$((SECONDS + 300))
-  while [ "$(peer_committed "$KAFKA_BROKERS" "connect-peer-kill-$FLUSH_MS-$stamp")" != "$MESSAGES" ]; do
+  while [ "$(peer_committed "$KAFKA_BROKERS" "connect-$connector")" != "$MESSAGES" ]; do
     [ $SECONDS -lt $deadline ] || { log "peer: its group did not commit the topic's end"; return 1; }
     sleep 2
   done
   stop_peer "$work/peer"
   PEER_PID=""
-  record "connect-kill-$FLUSH_MS" "Kafka Connect + Debezium JDBC sink, kill -9 at half" 1 0 0 0 0 "$(facts "$db")" \
-    "killed at $at writes; offset.flush.interval.ms=$FLUSH_MS"
+  record "$w" "$(label_of "$w" "connect-kill-$FLUSH_MS" "$k")" "Kafka Connect + Debezium JDBC sink, kill -9 at half" \
+    1 0 0 0 0 "$(facts "$w" "$db" "$k")" "killed at $at rows written; offset.flush.interval.ms=$FLUSH_MS"
 }
 
-kill_ours() {
-  local db="${PREFIX}peers_ours_kill"
-  fresh_db "$db"
+kill_ours() { # WORK
+  local w=$1 db
+  db=$(db_of "$w" ours_kill)
+  fresh_db "$w" "$db"
   DATABASE_URL=$(db_url "$db") $bin migrate --handler sql >/dev/null
-  log "batch-inbox with a kill -9 at half the input"
+  log "$w: batch-inbox with a kill -9 at half the input"
   # In a subshell that becomes the processor (exec): $! is the processor's own pid.
-  (our_run "$db" "ours-kill-$stamp") >"$work/ours-kill.log" 2>&1 &
+  (our_run "$w" "$db" "$(label_of "$w" ours-kill)-$stamp") >"$work/ours-kill-$w.log" 2>&1 &
   our_pid=$!
   local deadline=$((SECONDS + 600))
   while [ "$(psql_db "$db" -c 'SELECT count(*) FROM inbox')" -lt $((MESSAGES / 2)) ]; do
@@ -317,28 +474,39 @@ kill_ours() {
   kill -KILL "$our_pid"
   wait "$our_pid" 2>/dev/null || true
   our_pid=""
-  local at late=""
+  local at late="" inbox
   at=$(psql_db "$db" -c 'SELECT count(*) FROM inbox')
   log "killed batch-inbox at $at inbox rows"
   # A short input can be drained before the poll sees half of it: say so rather than claim a
   # restart mid-way.
   [ "$at" -lt "$new" ] || late=" (after the last record: no restart mid-way; take more MESSAGES)"
-  (our_run "$db" "ours-kill-$stamp" --exit-on-eof) >>"$work/ours-kill.log" 2>&1
-  check_ours "$db" "$(psql_db "$db" -c 'SELECT count(*) FROM inbox')"
-  record "batch-inbox-kill" "batch-inbox, kill -9 at half" 1 0 0 0 0 "$(facts "$db")" \
-    "killed at $at inbox rows$late; offsets in the database; inbox rows $(psql_db "$db" -c 'SELECT count(*) FROM inbox') (model: $new)"
+  (our_run "$w" "$db" "$(label_of "$w" ours-kill)-$stamp" --exit-on-eof) >>"$work/ours-kill-$w.log" 2>&1
+  inbox=$(psql_db "$db" -c 'SELECT count(*) FROM inbox')
+  check_ours "$w" "$db" "$inbox"
+  record "$w" "$(label_of "$w" batch-inbox-kill)" "batch-inbox, kill -9 at half" 1 0 0 0 0 \
+    "$(facts "$w" "$db" ours)" \
+    "killed at $at inbox rows$late; offsets in the database; inbox rows $inbox (model: $new)"
 }
 
 rm -f "$work/rows.jsonl"
-run_ours
-for p in $PEERS; do
-  IFS=: read -r name batch poll unnest reduction <<<"$p"
-  run_peer "$name" "$batch" "$poll" "$unnest" "$reduction"
+for w in $WORK; do
+  # The peer's sinks of the work: one for upsert, ADDITIVE_SINKS for additive.
+  sinks=-
+  [ "$w" = upsert ] || sinks=$ADDITIVE_SINKS
+  run_ours "$w"
+  for k in $sinks; do
+    for p in $PEERS; do
+      IFS=: read -r name batch poll unnest reduction <<<"$p"
+      run_peer "$w" "$k" "$name" "$batch" "$poll" "$unnest" "$reduction"
+    done
+  done
+  if [ "$KILL" = 1 ]; then
+    kill_ours "$w"
+    for k in $sinks; do
+      for f in $KILL_FLUSH_MS; do kill_peer "$w" "$k" "$f"; done
+    done
+  fi
 done
-if [ "$KILL" = 1 ]; then
-  kill_ours
-  for f in $KILL_FLUSH_MS; do kill_peer "$f"; done
-fi
 
 python3 scripts/peers/table.py "$work/rows.jsonl" "$work/expect.json" "$OUT" "$broker_kind" \
   "$MESSAGES" "$PARTITIONS" "$ACCOUNTS" "$FLUSH_MS"
