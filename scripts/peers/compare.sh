@@ -147,6 +147,21 @@ import json, sys
 e = json.load(open(sys.argv[1]))
 print(e["new"], e["duplicates"], len(e["last_new"]), len(e["sums"]))' "$work/expect.json")
 log "model: $new new records, $dups duplicates, $keys customers, $sum_accounts accounts with a sum"
+# Our ledger reads the entry itself, not a Connect envelope: the same entries (same seed: the
+# same accounts, amounts and duplicates; the ids are drawn anew) once more without it, to a topic
+# of their own. The generator's model of balances, sums and counts must be the same.
+if [[ " $WORK " == *" additive "* ]]; then
+  log "producing the same $MESSAGES records without the envelope to $topic-bare, for the ledger"
+  $bench produce --brokers "$KAFKA_BROKERS" --topic "$topic-bare" --partitions "$PARTITIONS" \
+    --messages "$MESSAGES" --accounts "$ACCOUNTS" --duplicate-ratio 0.1 --bad-ratio 0 \
+    --seed "$SEED" --envelope bare --expect "$work/expect-bare.json" >&2
+  python3 -c '
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+same = ("records", "new", "duplicates", "dead_letters", "balances", "sums")
+sys.exit(0 if all(a[k] == b[k] for k in same) else "the bare topic'"'"'s model differs from the envelope topic'"'"'s")' \
+    "$work/expect.json" "$work/expect-bare.json"
+fi
 
 # model_rows FIELD: the model's map FIELD of expect.json as tab-separated key and value lines.
 model_rows() {
@@ -417,6 +432,43 @@ sys.exit(rc)' env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --broker
     "$(facts "$w" "$db" ours)" "defaults; $(sql_of "$w"); inbox rows $inbox (model: $new)"
 }
 
+# run_ledger: our reference ledger (--handler ledger) on the same records without the envelope,
+# with --exit-on-eof, its CPU from getrusage. The ledger refuses overdrafts (insufficient_funds
+# dead letters), so its balances are checked against the model's ledger balances ("balances"),
+# exactly, by `batch-inbox-bench verify` (balances, inbox, dead letters by reason).
+run_ledger() {
+  local db="${PREFIX}peers_add_ledger"
+  fresh_database "$db"
+  DATABASE_URL=$(db_url "$db") $bin migrate --handler ledger >/dev/null
+  psql_db "$db" -v ON_ERROR_STOP=1 -c \
+    "CREATE TABLE expected_sums (account_id bigint PRIMARY KEY, amount bigint NOT NULL)" >/dev/null
+  model_rows balances | psql_db "$db" -c "\\copy expected_sums FROM STDIN"
+  log "additive: batch-inbox run --handler ledger on $topic-bare (defaults)"
+  local t0 p0 b0 m0 s
+  t0=$(now) p0=$(pg_cpu) b0=$(proc_cpu "$broker_pid") m0=$(machine_cpu)
+  s=$(python3 -c '
+import resource, subprocess, sys
+rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime + r.ru_stime)
+sys.exit(rc)' env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --brokers "$KAFKA_BROKERS" \
+    --topic "$topic-bare" --group "additive-ledger-$stamp" --handler ledger --exit-on-eof)
+  local t1 p1 b1 m1
+  t1=$(now) p1=$(pg_cpu) b1=$(proc_cpu "$broker_pid") m1=$(machine_cpu)
+  if ! $bench verify --database-url "$(db_url "$db")" --expect "$work/expect.json" >"$work/ledger-verify.log" 2>&1; then
+    log "batch-inbox (ledger): not the model:"
+    head -n 20 "$work/ledger-verify.log" >&2
+    exit 1
+  fi
+  local inbox refused
+  inbox=$(psql_db "$db" -c "SELECT count(*) FROM inbox")
+  refused=$(psql_db "$db" -c "SELECT count(*) FROM dead_letters WHERE reason = 'insufficient_funds'")
+  record additive additive-batch-inbox-ledger "batch-inbox run --handler ledger" \
+    "$(minus "$t1" "$t0")" "$s" "$(minus "$p1" "$p0")" "$(minus "$b1" "$b0")" "$(minus "$m1" "$m0")" \
+    "$(facts additive "$db" ours)" \
+    "defaults; the same entries without the envelope; checked against the ledger's model (overdrafts refused: $refused insufficient_funds dead letters); inbox rows $inbox (model: $new)"
+}
+
 # kill_peer WORK SINK FLUSH_MS: the peer's default configuration with
 # offset.flush.interval.ms=FLUSH_MS, kill -9 once half the records are applied, a restart, until
 # its group has committed the whole topic (nothing more can be re-delivered).
@@ -463,8 +515,11 @@ kill_ours() { # WORK
   fresh_db "$w" "$db"
   DATABASE_URL=$(db_url "$db") $bin migrate --handler sql >/dev/null
   log "$w: batch-inbox with a kill -9 at half the input"
-  # In a subshell that becomes the processor (exec): $! is the processor's own pid.
-  (our_run "$w" "$db" "$(label_of "$w" ours-kill)-$stamp") >"$work/ours-kill-$w.log" 2>&1 &
+  # In a subshell that becomes the processor (exec): $! is the processor's own pid. A session
+  # timeout of 6 s (librdkafka's default is 45 s): the restarted member gets the killed one's
+  # partitions once the broker gives up on it; the kill runs count writes, they are not timed.
+  local session=(-X session.timeout.ms=6000 -X heartbeat.interval.ms=1000)
+  (our_run "$w" "$db" "$(label_of "$w" ours-kill)-$stamp" "${session[@]}") >"$work/ours-kill-$w.log" 2>&1 &
   our_pid=$!
   local deadline=$((SECONDS + 600))
   while [ "$(psql_db "$db" -c 'SELECT count(*) FROM inbox')" -lt $((MESSAGES / 2)) ]; do
@@ -480,7 +535,7 @@ kill_ours() { # WORK
   # A short input can be drained before the poll sees half of it: say so rather than claim a
   # restart mid-way.
   [ "$at" -lt "$new" ] || late=" (after the last record: no restart mid-way; take more MESSAGES)"
-  (our_run "$w" "$db" "$(label_of "$w" ours-kill)-$stamp" --exit-on-eof) >>"$work/ours-kill-$w.log" 2>&1
+  (our_run "$w" "$db" "$(label_of "$w" ours-kill)-$stamp" "${session[@]}" --exit-on-eof) >>"$work/ours-kill-$w.log" 2>&1
   inbox=$(psql_db "$db" -c 'SELECT count(*) FROM inbox')
   check_ours "$w" "$db" "$inbox"
   record "$w" "$(label_of "$w" batch-inbox-kill)" "batch-inbox, kill -9 at half" 1 0 0 0 0 \
@@ -494,6 +549,7 @@ for w in $WORK; do
   sinks=-
   [ "$w" = upsert ] || sinks=$ADDITIVE_SINKS
   run_ours "$w"
+  [ "$w" = upsert ] || run_ledger
   for k in $sinks; do
     for p in $PEERS; do
       IFS=: read -r name batch poll unnest reduction <<<"$p"
