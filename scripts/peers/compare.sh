@@ -405,6 +405,17 @@ print(f["accounts_right"], f["accounts"], f["abs_error"])')
   fi
 }
 
+# child_cpu CMD...: runs CMD (its stdout dropped) and prints its CPU seconds, user + system, from
+# getrusage; fails as CMD does.
+child_cpu() {
+  python3 -c '
+import resource, subprocess, sys
+rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime + r.ru_stime)
+sys.exit(rc)' "$@"
+}
+
 # run_ours WORK: batch-inbox on the whole topic with --exit-on-eof, its CPU from getrusage.
 run_ours() {
   local w=$1 db
@@ -414,12 +425,7 @@ run_ours() {
   log "$w: batch-inbox run --handler sql --apply-sql $(sql_of "$w") (defaults)"
   local t0 p0 b0 m0 s
   t0=$(now) p0=$(pg_cpu) b0=$(proc_cpu "$broker_pid") m0=$(machine_cpu)
-  s=$(python3 -c '
-import resource, subprocess, sys
-rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(r.ru_utime + r.ru_stime)
-sys.exit(rc)' env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --brokers "$KAFKA_BROKERS" \
+  s=$(child_cpu env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --brokers "$KAFKA_BROKERS" \
     --topic "$topic" --group "$(label_of "$w" ours)-$stamp" --handler sql \
     --apply-sql "$(sql_of "$w")" --exit-on-eof)
   local t1 p1 b1 m1
@@ -446,12 +452,7 @@ run_ledger() {
   log "additive: batch-inbox run --handler ledger on $topic-bare (defaults)"
   local t0 p0 b0 m0 s
   t0=$(now) p0=$(pg_cpu) b0=$(proc_cpu "$broker_pid") m0=$(machine_cpu)
-  s=$(python3 -c '
-import resource, subprocess, sys
-rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(r.ru_utime + r.ru_stime)
-sys.exit(rc)' env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --brokers "$KAFKA_BROKERS" \
+  s=$(child_cpu env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --brokers "$KAFKA_BROKERS" \
     --topic "$topic-bare" --group "additive-ledger-$stamp" --handler ledger --exit-on-eof)
   local t1 p1 b1 m1
   t1=$(now) p1=$(pg_cpu) b1=$(proc_cpu "$broker_pid") m1=$(machine_cpu)
