@@ -100,34 +100,8 @@ broker_cpu() {
   awk '{sub(/.*\) /, ""); print ($12+$13)/100}' "/proc/$broker_pid/stat"
 }
 
-# PostgreSQL's CPU seconds: the postmaster's own and its reaped children's, plus its live
-# children's. A backend that exits moves its time into the postmaster's cutime/cstime, so the
-# difference of two readings counts every backend that ran in between, whenever it ended.
-pg_cpu() {
-  python3 - "$pg_data/postmaster.pid" <<'PY'
-import os, sys
-try:
-    pm = open(sys.argv[1]).readline().strip()
-except OSError:
-    print(0); sys.exit()
-def fields(pid):
-    s = open(f"/proc/{pid}/stat").read()
-    return s[s.rindex(")") + 2:].split()
-ticks = 0
-for pid in os.listdir("/proc"):
-    if not pid.isdigit():
-        continue
-    try:
-        f = fields(pid)
-    except OSError:
-        continue
-    if pid == pm:
-        ticks += sum(int(x) for x in f[11:15])  # utime stime cutime cstime
-    elif f[1] == pm:
-        ticks += int(f[11]) + int(f[12])
-print(ticks / os.sysconf("SC_CLK_TCK"))
-PY
-}
+# PostgreSQL's CPU seconds (postgres_cpu in scripts/lib.sh).
+pg_cpu() { postgres_cpu "$pg_data"; }
 
 # cpu_mark LABEL start|stop: where the machine's CPU went during a run.
 cpu_mark() {

@@ -108,31 +108,7 @@ proc_cpu() { # CPU seconds of one live process
   awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); print ($12+$13)/hz}' "/proc/$1/stat"
 }
 machine_cpu() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{print ($2+$3+$4+$7+$8+$9)/hz}' /proc/stat; }
-pg_cpu() {
-  python3 - "$(psql_db postgres -c 'SHOW data_directory')/postmaster.pid" <<'PY'
-import os, sys
-try:
-    pm = open(sys.argv[1]).readline().strip()
-except OSError:
-    print(0); sys.exit()
-def fields(pid):
-    s = open(f"/proc/{pid}/stat").read()
-    return s[s.rindex(")") + 2:].split()
-ticks = 0
-for pid in os.listdir("/proc"):
-    if not pid.isdigit():
-        continue
-    try:
-        f = fields(pid)
-    except OSError:
-        continue
-    if pid == pm:
-        ticks += sum(int(x) for x in f[11:15])  # utime stime cutime cstime
-    elif f[1] == pm:
-        ticks += int(f[11]) + int(f[12])
-print(ticks / os.sysconf("SC_CLK_TCK"))
-PY
-}
+pg_cpu() { postgres_cpu "$(psql_db postgres -c 'SHOW data_directory')"; }
 now() { date +%s.%N; }
 minus() { awk -v a="$1" -v b="$2" 'BEGIN { print a - b }'; }
 
