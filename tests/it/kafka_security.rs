@@ -303,50 +303,41 @@ async fn a_wrong_password_fails_at_start_with_one_line() {
     assert_eq!(applied(&pool).await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_topic_acl_fails_at_start() {
+/// The application user's run over SASL_SSL on topic `name` (made by the admin, whose ACLs
+/// [`grant_app`] set): refused at start with the line `refusal(topic)`, nothing applied.
+async fn assert_refused_by_acls(db: &str, name: &str, refusal: impl Fn(&str) -> String) {
     let kafka = grant_app();
-    let (url, pool) = common::fresh_db("kafka_acl_topic").await;
-    let topic = topic("acl-notopic-t");
+    let (url, pool) = common::fresh_db(db).await;
+    let topic = topic(name);
     produce(kafka, &topic).await;
     let props = kafka.sasl_properties(APP.0, APP.1);
     let out = run(&url, &kafka.sasl_ssl, &topic, &props, &[]).await;
-    assert_refused(
-        &out,
-        &format!("Kafka topic `{topic}`: authorization failed"),
-    );
+    assert_refused(&out, &refusal(&topic));
     assert_eq!(applied(&pool).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_topic_acl_fails_at_start() {
+    assert_refused_by_acls("kafka_acl_topic", "acl-notopic-t", |topic| {
+        format!("Kafka topic `{topic}`: authorization failed")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_acl_of_describe_without_read_fails_at_start() {
-    let kafka = grant_app();
-    let (url, pool) = common::fresh_db("kafka_acl_describe").await;
-    let topic = topic("acl-describe-t");
-    produce(kafka, &topic).await;
-    let props = kafka.sasl_properties(APP.0, APP.1);
-    let out = run(&url, &kafka.sasl_ssl, &topic, &props, &[]).await;
-    assert_refused(
-        &out,
-        &format!("Kafka topic `{topic}`: authorization failed"),
-    );
-    assert_eq!(applied(&pool).await, 0);
+    assert_refused_by_acls("kafka_acl_describe", "acl-describe-t", |topic| {
+        format!("Kafka topic `{topic}`: authorization failed")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_group_acl_fails_at_start() {
-    let kafka = grant_app();
-    let (url, pool) = common::fresh_db("kafka_acl_group").await;
-    let topic = topic("acl-nogroup-t");
-    produce(kafka, &topic).await;
-    let props = kafka.sasl_properties(APP.0, APP.1);
-    let out = run(&url, &kafka.sasl_ssl, &topic, &props, &[]).await;
-    let group = format!("{topic}.g");
-    assert_refused(
-        &out,
-        &format!("Kafka consumer group `{group}`: authorization failed"),
-    );
-    assert_eq!(applied(&pool).await, 0);
+    assert_refused_by_acls("kafka_acl_group", "acl-nogroup-t", |topic| {
+        format!("Kafka consumer group `{topic}.g`: authorization failed")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,24 +68,35 @@ async fn recorded_topic_id(pool: &deadpool_postgres::Pool, topic: &str) -> Optio
     .map(|r| r.get(0))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_topic_recreated_while_running_stops_the_processor_with_both_ids_and_nothing_skipped() {
+/// Topic `topic_<name>` with one partition and `n` entries of 10 to account 1, the processor
+/// running on database `topic_<name>` until they are applied.
+async fn running_on_one_partition(
+    name: &str,
+    n: u32,
+) -> (Broker, String, String, deadpool_postgres::Pool, Running) {
     let broker = Broker::start();
-    let topic = broker.topic("recreated");
+    let topic = broker.topic(name);
     batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 1)
         .await
         .unwrap();
     send(
         &broker,
         &topic,
-        &(1..=5).map(|n| entry(0, n, 10)).collect::<Vec<_>>(),
+        &(1..=n).map(|i| entry(0, i, 10)).collect::<Vec<_>>(),
     );
-    let (url, pool) = fresh_db("topic_recreated").await;
+    let (url, pool) = fresh_db(&format!("topic_{name}")).await;
     let running = spawn(&url, &broker, &topic, &[]);
-    wait_for("the first topic applied", 60, || async {
-        balance(&pool).await == [(1, 50)]
+    let want = [(1, 10 * i64::from(n))];
+    wait_for("the first records applied", 60, || async {
+        balance(&pool).await == want
     })
     .await;
+    (broker, topic, url, pool, running)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_recreated_while_running_stops_the_processor_with_both_ids_and_nothing_skipped() {
+    let (broker, topic, url, pool, running) = running_on_one_partition("recreated", 5).await;
     let first_id = recorded_topic_id(&pool, &topic).await.expect("id recorded");
 
     // Deleted, then created again under the same name with three new records.
@@ -183,22 +194,7 @@ async fn a_topic_recreated_while_running_stops_the_processor_with_both_ids_and_n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_added_while_running_is_consumed() {
-    let broker = Broker::start();
-    let topic = broker.topic("grown");
-    batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 1)
-        .await
-        .unwrap();
-    send(
-        &broker,
-        &topic,
-        &(1..=3).map(|n| entry(0, n, 10)).collect::<Vec<_>>(),
-    );
-    let (url, pool) = fresh_db("topic_grown").await;
-    let running = spawn(&url, &broker, &topic, &[]);
-    wait_for("the first partition applied", 60, || async {
-        balance(&pool).await == [(1, 30)]
-    })
-    .await;
+    let (broker, topic, _, pool, running) = running_on_one_partition("grown", 3).await;
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let grown = admin(&broker)
         .create_partitions(&[NewPartitions::new(&topic, 2)], &opts)
