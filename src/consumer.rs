@@ -55,9 +55,13 @@ pub(crate) const MEMBER: i32 = -1;
 /// The consumer type used by the processor.
 pub(crate) type KafkaConsumer = StreamConsumer<GroupContext>;
 
-/// Starts a worker for a newly assigned partition; returns its handle.
-pub(crate) type Spawner =
-    Box<dyn Fn(Arc<str>, i32, StreamPartitionQueue<GroupContext>) -> WorkerHandle + Send + Sync>;
+/// Starts a worker for a newly assigned partition, with the start offset the [`AssignHook`]
+/// set (the database's position; `None`: none set); returns its handle.
+pub(crate) type Spawner = Box<
+    dyn Fn(Arc<str>, i32, Option<i64>, StreamPartitionQueue<GroupContext>) -> WorkerHandle
+        + Send
+        + Sync,
+>;
 
 /// Called with each new assignment before it takes effect; may set partitions' start offsets.
 pub(crate) type AssignHook =
@@ -228,7 +232,11 @@ impl GroupContext {
             match consumer.split_partition_queue(&key.0, key.1) {
                 Some(queue) => {
                     tracing::info!(topic = %key.0, partition = key.1, "partition assigned");
-                    let handle = spawn(key.0.clone(), key.1, queue);
+                    let start = match elem.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    };
+                    let handle = spawn(key.0.clone(), key.1, start, queue);
                     workers.insert(key, handle);
                 }
                 None => {
@@ -308,6 +316,11 @@ fn store_start_offsets(base: &BaseConsumer<GroupContext>, tpl: &TopicPartitionLi
         if let Err(e) = base.store_offsets(&start) {
             tracing::warn!("cannot store the start offsets for Kafka's commit: {e}");
         }
+        // librdkafka commits a stored offset only when it is past the committed one: an explicit
+        // commit makes Kafka's committed offset follow the database's back too (a restore).
+        if let Err(e) = base.commit(&start, CommitMode::Async) {
+            tracing::warn!("cannot commit the start offsets to Kafka: {e}");
+        }
     }
 }
 
@@ -329,7 +342,51 @@ impl OffsetSink for KafkaOffsets {
             .map_err(|e| e.to_string())?;
         consumer.store_offsets(&tpl).map_err(|e| e.to_string())
     }
+
+    /// Seeks the partition, then commits its new position explicitly: librdkafka commits a
+    /// stored offset only when it is past the committed one, and Kafka's committed offset must
+    /// follow the database's, in either direction.
+    fn rewind(&self, topic: &str, partition: i32, next_offset: Option<i64>) -> Result<(), String> {
+        let consumer = self.0.upgrade().ok_or("consumer closed")?;
+        let offset = next_offset.map_or(Offset::Beginning, Offset::Offset);
+        let seek = || {
+            consumer
+                .seek(topic, partition, offset, SEEK_TIMEOUT)
+                .map_err(|e| format!("cannot seek to {offset:?}: {e}"))
+        };
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        match multi_thread {
+            true => tokio::task::block_in_place(seek)?,
+            false => seek()?,
+        }
+        if let Some(next) = next_offset {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(topic, partition, Offset::Offset(next))
+                .map_err(|e| e.to_string())?;
+            if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
+                tracing::warn!(
+                    topic,
+                    partition,
+                    "cannot commit the database's position to Kafka: {e}"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn position(&self, topic: &str, partition: i32) -> Option<i64> {
+        let consumer = self.0.upgrade()?;
+        let positions = consumer.position().ok()?;
+        match positions.find_partition(topic, partition)?.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        }
+    }
 }
+
+/// Longest wait for a seek to take effect.
+const SEEK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A subscribed group member. Drop it to leave the group.
 pub(crate) struct GroupMember {

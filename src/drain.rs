@@ -9,8 +9,10 @@
 //!
 //! The check uses only the standard consumer API (metadata, `OffsetFetch` for the group,
 //! `ListOffsets` for the ends), so it works with any Kafka-protocol broker. With offsets in the
-//! database, a partition's position there counts too ([`StoredPositions`]): it is committed with
-//! the records it follows, so the topic is done even while Kafka's offset commits fail.
+//! database, a partition's position there is the one that counts ([`StoredPositions`], ahead of
+//! Kafka's or behind it): it is committed with the records it follows, so the topic is done even
+//! while Kafka's offset commits fail, and not done while the database lacks records that Kafka's
+//! committed offset covers (a restore, a failover).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,13 +60,16 @@ impl PartitionEnd {
     }
 }
 
-/// Raises each partition's committed offset to its stored position, when that is ahead (`ends`
-/// and `stored` of one topic).
+/// Replaces each partition's committed offset by its position in the database, ahead of
+/// Kafka's or behind it (`ends` and `stored` of one topic): the database says what was applied,
+/// and the processor starts from there. A partition without a row of a topic the database knows
+/// has nothing committed; a topic the database has never seen keeps Kafka's offsets.
 pub(crate) fn merge_stored(ends: &mut [PartitionEnd], stored: &HashMap<i32, i64>) {
+    if stored.is_empty() {
+        return;
+    }
     for end in ends {
-        if let Some(&next) = stored.get(&end.partition) {
-            end.committed = Some(end.committed.map_or(next, |c| c.max(next)));
-        }
+        end.committed = stored.get(&end.partition).copied();
     }
 }
 
@@ -305,18 +310,29 @@ mod tests {
     }
 
     #[test]
-    fn a_position_stored_in_the_database_counts_when_it_is_ahead() {
+    fn the_position_stored_in_the_database_wins_in_both_directions() {
         let mut ends = [
             end(0, Some(4), 0, 10),
             end(1, None, 0, 8),
             end(2, Some(9), 0, 9),
+            end(3, Some(5), 0, 5),
         ];
         merge_stored(&mut ends, &HashMap::from([(0, 10), (1, 8), (2, 3)]));
         assert_eq!(
             ends.clone().map(|e| e.committed),
-            [Some(10), Some(8), Some(9)],
-            "the larger of the two, per partition"
+            [Some(10), Some(8), Some(3), None],
+            "the database's, ahead or behind; none for a partition it holds no row of"
         );
-        assert_eq!(pending(&[Arc::from("t")], &ends), None);
+        assert_eq!(
+            pending(&[Arc::from("t")], &ends),
+            Some(vec!["p2: 3/9".to_owned(), "p3: none/5".to_owned()])
+        );
+        let mut unknown = [end(0, Some(4), 0, 10)];
+        merge_stored(&mut unknown, &HashMap::new());
+        assert_eq!(
+            unknown[0].committed,
+            Some(4),
+            "a topic the database never saw"
+        );
     }
 }

@@ -176,6 +176,19 @@ pub enum InboxError {
     /// in flight is unknown, which the inbox makes safe to retry.
     #[error("no answer from the database within {} ms: connection dropped", .0.as_millis())]
     TimedOut(std::time::Duration),
+    /// The partition's position in `consumer_offsets` is not the one this member committed
+    /// last (`expected`; `None`: it knew none and the row was ahead): the database went back in
+    /// time (a restore, a failover to a replica that lagged) or another member moved it. The
+    /// transaction was rolled back; the worker starts again from the database's position.
+    #[error(
+        "the partition's position in the database is not the one this member committed ({}): \
+         the database went back or another member moved it",
+        .expected.map_or_else(|| "none".to_owned(), |e| e.to_string())
+    )]
+    PositionMoved {
+        /// The position this member expected the row to hold.
+        expected: Option<i64>,
+    },
 }
 
 impl InboxError {
@@ -204,7 +217,7 @@ impl InboxError {
             InboxError::Db(e) => classify_db(e),
             InboxError::DeadLetters(e) => environment_unless_transient(e),
             InboxError::Handler(e) => e.fault(),
-            InboxError::TimedOut(_) => Fault::Transient,
+            InboxError::TimedOut(_) | InboxError::PositionMoved { .. } => Fault::Transient,
         }
     }
 
@@ -224,7 +237,9 @@ impl InboxError {
             | InboxError::Db(e)
             | InboxError::DeadLetters(e) => e.code().map(SqlState::code),
             InboxError::Handler(h) => h.sqlstate(),
-            InboxError::Pool(_) | InboxError::TimedOut(_) => None,
+            InboxError::Pool(_) | InboxError::TimedOut(_) | InboxError::PositionMoved { .. } => {
+                None
+            }
         }
     }
 }
@@ -240,6 +255,7 @@ impl InboxError {
             | InboxError::Handler(HandlerError::Db(e)) => e,
             InboxError::TimedOut(_) => return true,
             InboxError::Pool(_)
+            | InboxError::PositionMoved { .. }
             | InboxError::Handler(
                 HandlerError::Other(_) | HandlerError::Message(_) | HandlerError::Environment(_),
             ) => return false,
@@ -439,6 +455,38 @@ pub enum RunError {
         expected: i64,
         /// The offset received.
         received: i64,
+    },
+    /// The partition's position in the database is not the one this member committed last
+    /// (`expected`; the database's is `stored`, `None`: no row or not read yet): the database
+    /// went back in time or another member moved it. A partition worker handles it by moving
+    /// to the database's position; it stops the processor only when the source cannot move.
+    #[error(
+        "{topic}/{partition}: the database holds position {}, this member had committed {}: \
+         the database went back in time (a restore, a failover) or another member moved it",
+        .stored.map_or_else(|| "none".to_owned(), |s| s.to_string()),
+        .expected.map_or_else(|| "none".to_owned(), |e| e.to_string())
+    )]
+    PositionMoved {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The position this member had committed (or started from).
+        expected: Option<i64>,
+        /// The position the database holds.
+        stored: Option<i64>,
+    },
+    /// The positions of an assignment could not be read from the database (it kept failing):
+    /// nothing of it was consumed. Kafka's committed offsets may be ahead of the database (a
+    /// restore, a failover), so starting there could skip records; start again once the
+    /// database answers.
+    #[error(
+        "cannot read the assigned partitions' positions in the database ({detail}): nothing was \
+         consumed; start again once the database answers"
+    )]
+    PositionsUnread {
+        /// Why.
+        detail: String,
     },
     /// A topic was deleted and re-created: the group's offsets in the database belong to the
     /// old one (another topic id), and starting there would skip the new topic's records.

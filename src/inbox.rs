@@ -15,7 +15,8 @@
 //! Invariant: nothing here touches Kafka. The caller stores offsets only after these functions
 //! return `Ok`, that is after COMMIT succeeded. A dropped transaction rolls back.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::{Client, Pool};
@@ -65,6 +66,9 @@ pub struct Inbox<H: Handler> {
     unsafe_controls: UnsafeControls,
     dedup_window: Option<Duration>,
     deadline: Option<Duration>,
+    /// The position this member last committed (or started from) per partition it holds, with
+    /// offsets in the database: what each offset write compares against.
+    positions: Mutex<HashMap<(Arc<str>, i32), i64>>,
 }
 
 impl<H: Handler> Inbox<H> {
@@ -113,6 +117,7 @@ impl<H: Handler> Inbox<H> {
             unsafe_controls: UnsafeControls::default(),
             dedup_window: None,
             deadline: None,
+            positions: Mutex::default(),
         }
     }
 
@@ -140,13 +145,97 @@ impl<H: Handler> Inbox<H> {
         self.offsets_group.as_deref()
     }
 
-    fn target<P>(&self, batch: &Decoded<P>) -> Option<OffsetTarget<'_>> {
+    fn target<P>(
+        &self,
+        topic: &str,
+        partition: i32,
+        batch: &Decoded<P>,
+    ) -> Option<OffsetTarget<'_>> {
         let group = self.offsets_group.as_deref()?;
         let last = last_offset(batch)?;
         Some(OffsetTarget {
             group,
             next_offset: last.checked_add(1)?,
+            expected: self.position(topic, partition),
         })
+    }
+
+    fn lock_positions(&self) -> std::sync::MutexGuard<'_, HashMap<(Arc<str>, i32), i64>> {
+        // A map of plain values is never left half-updated by a panic: recover it.
+        self.positions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The position this member holds for a partition (`None`: none known).
+    pub(crate) fn position(&self, topic: &str, partition: i32) -> Option<i64> {
+        let key: (Arc<str>, i32) = (Arc::from(topic), partition);
+        self.lock_positions().get(&key).copied()
+    }
+
+    /// Sets the position the next offset write of a partition compares against: where the
+    /// assignment started from the database (`None`: no row; the first write may only create
+    /// the row or move it forward), or the database's position after a rewind.
+    pub(crate) fn hold_position(&self, topic: &str, partition: i32, next_offset: Option<i64>) {
+        let key: (Arc<str>, i32) = (Arc::from(topic), partition);
+        let mut positions = self.lock_positions();
+        match next_offset {
+            Some(n) => positions.insert(key, n),
+            None => positions.remove(&key),
+        };
+    }
+
+    /// After a commit that wrote `target`: the partition's position is now its next offset.
+    fn committed_position(&self, topic: &str, partition: i32, target: Option<OffsetTarget<'_>>) {
+        if let Some(t) = target {
+            self.hold_position(topic, partition, Some(t.next_offset));
+        }
+    }
+
+    /// Moves a partition's stored position forward to `next_offset` alone (past records that
+    /// carry no message: a transaction's control records, aborted records), compared-and-set
+    /// against the position this member holds, in a transaction of its own.
+    pub(crate) async fn advance_position(
+        &self,
+        topic: &str,
+        partition: i32,
+        next_offset: i64,
+    ) -> Result<(), InboxError> {
+        let Some(group) = self.offsets_group.as_deref() else {
+            return Ok(());
+        };
+        let target = OffsetTarget {
+            group,
+            next_offset,
+            expected: self.position(topic, partition),
+        };
+        let mut client = self.pool.get().await?;
+        let result = self
+            .bounded(async {
+                let tx = client.transaction().await?;
+                crate::offset_table::store(&tx, topic, partition, target).await?;
+                tx.commit().await?;
+                Ok(())
+            })
+            .await;
+        discard_if_broken(client, &result);
+        if result.is_ok() {
+            self.committed_position(topic, partition, Some(target));
+        }
+        result
+    }
+
+    /// The position the database holds for a partition of the offsets' group (`None`: no row,
+    /// or offsets are not kept in the database).
+    pub(crate) async fn stored_position(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<i64>, InboxError> {
+        let Some(group) = self.offsets_group.as_deref() else {
+            return Ok(None);
+        };
+        let partitions = [partition];
+        let stored = crate::offset_table::read(&self.pool, group, topic, &partitions);
+        Ok(self.bounded(stored).await?.get(&partition).copied())
     }
 
     /// TEST-ONLY, UNSAFE: with `no_inbox` on, every message is treated as new: the dedup
@@ -239,7 +328,7 @@ impl<H: Handler> Inbox<H> {
         rows: RowForm<'_>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
-        let (handler, target) = (self.handler.as_ref(), self.target(batch));
+        let (handler, target) = (self.handler.as_ref(), self.target(topic, partition, batch));
         let at = (topic, partition);
         let result = self
             .bounded(async {
@@ -253,6 +342,9 @@ impl<H: Handler> Inbox<H> {
             })
             .await;
         discard_if_broken(client, &result);
+        if result.is_ok() {
+            self.committed_position(topic, partition, target);
+        }
         result
     }
 
@@ -265,7 +357,7 @@ impl<H: Handler> Inbox<H> {
         rows: RowForm<'_>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
-        let (handler, target) = (self.handler.as_ref(), self.target(record));
+        let (handler, target) = (self.handler.as_ref(), self.target(topic, partition, record));
         let at = (topic, partition);
         let result = self
             .bounded(async {
@@ -279,6 +371,9 @@ impl<H: Handler> Inbox<H> {
             })
             .await;
         discard_if_broken(client, &result);
+        if result.is_ok() {
+            self.committed_position(topic, partition, target);
+        }
         result
     }
 
@@ -292,11 +387,14 @@ impl<H: Handler> Inbox<H> {
         rows: RowForm<'_>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
-        let target = self.target(part);
+        let target = self.target(topic, partition, part);
         let result =
             poison::dead_letter_poison(&mut client, (topic, partition), part, error, target, rows)
                 .await;
         discard_if_broken(client, &result);
+        if result.is_ok() {
+            self.committed_position(topic, partition, target);
+        }
         result
     }
 }

@@ -1,8 +1,10 @@
 //! Offsets in the database: the `consumer_offsets` table, written in each batch's transaction.
 //!
-//! Invariant: a partition's stored `next_offset` only moves forward, and is written only inside
-//! the transaction that commits every record before it; so after any crash it is a position from
-//! which nothing committed is read again and nothing uncommitted is skipped.
+//! Invariant: a partition's stored `next_offset` is written only inside the transaction that
+//! commits every record before it, and only from the position its writer last committed (a
+//! compare-and-set): so after any crash it is a position from which nothing committed is read
+//! again and nothing uncommitted is skipped, and a database that went back in time (a restore, a
+//! failover to a replica that lagged) is noticed by the next write instead of being overwritten.
 
 use std::collections::HashMap;
 
@@ -19,9 +21,27 @@ pub(crate) struct OffsetTarget<'a> {
     pub group: &'a str,
     /// The offset after the transaction's last record.
     pub next_offset: i64,
+    /// The position this member last committed for the partition (or started from): the row
+    /// must hold it. `None`: no row known, the row may only be created or moved forward.
+    pub expected: Option<i64>,
 }
 
-/// Upserts `target` in its own statement (for transactions that have no inbox statement to
+/// Whether the compare-and-set wrote: `inserted` is the `inserted` column of the upsert's row
+/// (`None`: no row, nothing written).
+pub(crate) fn check_written(
+    target: &OffsetTarget<'_>,
+    inserted: Option<bool>,
+) -> Result<(), InboxError> {
+    match inserted {
+        Some(false) => Ok(()),
+        Some(true) if target.expected.is_none() => Ok(()),
+        _ => Err(InboxError::PositionMoved {
+            expected: target.expected,
+        }),
+    }
+}
+
+/// Compares-and-sets `target` in its own statement (for transactions that have no inbox statement to
 /// carry it).
 pub(crate) async fn store(
     tx: &Transaction<'_>,
@@ -30,12 +50,15 @@ pub(crate) async fn store(
     target: OffsetTarget<'_>,
 ) -> Result<(), InboxError> {
     let stmt = tx.prepare_cached(UPSERT).await?;
-    tx.execute(
-        &stmt,
-        &[&target.group, &topic, &partition, &target.next_offset],
-    )
-    .await?;
-    Ok(())
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+        &target.group,
+        &topic,
+        &partition,
+        &target.next_offset,
+        &target.expected,
+    ];
+    let row = tx.query_opt(&stmt, &params).await?;
+    check_written(&target, row.map(|r| r.get(0)))
 }
 
 /// The stored next offsets of `partitions` of `topic` for `group`.

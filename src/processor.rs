@@ -162,7 +162,9 @@ fn spawner<H: Handler>(
     failures: mpsc::UnboundedSender<RunError>,
 ) -> Spawner {
     let sink = Arc::new(GroupMember::offsets(consumer));
-    Box::new(move |topic, partition, queue| {
+    Box::new(move |topic, partition, start, queue| {
+        // Each offset write compares against the position the assignment started from.
+        inbox.hold_position(&topic, partition, start);
         let stop = CancellationToken::new();
         let at_eof = Arc::new(AtomicBool::new(false));
         let worker = PartitionWorker::new(

@@ -1,9 +1,14 @@
 //! Where a newly assigned partition starts: from the offset stored in the database (in the same
-//! transaction as the batches' effects) when it is ahead of Kafka's committed offset.
+//! transaction as the batches' effects), ahead of Kafka's committed offset or behind it.
 //!
-//! Invariant: a start offset is only ever moved forward from Kafka's committed one, and only to
-//! a position the database says is committed; any failure to read either position leaves the
-//! assignment as it was (Kafka's committed offset: a replay, which the inbox makes harmless).
+//! Invariant: the database is the system of record, positions included. A partition of a topic
+//! the database knows for the group starts at the database's position whatever Kafka remembers:
+//! ahead (records committed in the database, not yet in Kafka) or behind (the database went back
+//! in time: a restore, a failover to a replica that lagged; the records between are read again
+//! and the inbox skips what the database holds). Kafka's committed offset then follows the
+//! database's. A failure to read the database's positions leaves the assignment at Kafka's
+//! committed offsets (logged); the first offset write of each partition then finds the database's
+//! position (a compare-and-set) and moves the partition there.
 //!
 //! Offsets belong to one incarnation of a topic: its Kafka topic id, recorded in
 //! `consumer_topics` the first time the group resumes the topic from the database. When the
@@ -33,6 +38,9 @@ use crate::topic_id::{self, Described};
 /// How long an assignment waits for each of the two positions.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Attempts at reading the positions of an assignment before the processor stops.
+const LOOKUP_ATTEMPTS: u32 = 3;
+
 /// The hook that starts assigned partitions from the offsets `group` stored in the database.
 /// Every record skipped that way is counted in `stats.replays_avoided`. A topic whose stored
 /// offsets belong to another topic id is left out of the assignment and reported to `failures`.
@@ -55,8 +63,18 @@ pub(crate) fn from_database(
             }
             Err(e) => tracing::warn!("cannot check the topics' ids against the database: {e}"),
         }
-        if let Err(e) = set_start_offsets(consumer, tpl, &pool, &group, &stats) {
-            tracing::warn!("starting from Kafka's committed offsets: {e}");
+        let mut attempts = 0;
+        while let Err(e) = set_start_offsets(consumer, tpl, &pool, &group, &stats) {
+            attempts += 1;
+            if attempts < LOOKUP_ATTEMPTS {
+                tracing::warn!("cannot read the partitions' positions, will retry: {e}");
+                continue;
+            }
+            // Kafka's committed offsets may be ahead of the database (a restore, a failover):
+            // starting there could skip records. Nothing is consumed; the processor stops.
+            *tpl = TopicPartitionList::new();
+            let _ = failures.send(RunError::PositionsUnread { detail: e });
+            break;
         }
     })
 }
@@ -190,6 +208,13 @@ fn replaced(topic: &str, group: &str, stored: Uuid, current: Uuid) -> RunError {
     }
 }
 
+/// Sets the start offset of every assigned partition of a topic the database knows for `group`
+/// to the database's position, ahead of Kafka's committed offset or behind it. Behind means the
+/// database lost commits (a restore, a failover to a replica that lagged): the records between
+/// are read again, the inbox skipping what the database holds, with one WARN line and the gap
+/// counted. A partition without a row of a topic the database knows (restored from before its
+/// first commit) starts at its beginning. A topic the database has never seen starts at
+/// Kafka's committed offsets.
 fn set_start_offsets(
     consumer: &BaseConsumer<GroupContext>,
     tpl: &mut TopicPartitionList,
@@ -202,17 +227,22 @@ fn set_start_offsets(
         return Ok(());
     }
     let stored = read_stored(pool, group, &by_topic)?;
-    if stored.is_empty() {
+    let known: Vec<(String, i32)> = by_topic
+        .iter()
+        .filter(|(topic, _)| stored.contains_key(*topic))
+        .flat_map(|(topic, ps)| ps.iter().map(move |p| (topic.clone(), *p)))
+        .collect();
+    if known.is_empty() {
         return Ok(());
     }
     let mut query = TopicPartitionList::new();
-    for (topic, partition) in stored.keys() {
+    for (topic, partition) in &known {
         query.add_partition(topic, *partition);
     }
     let committed = consumer
         .committed_offsets(query, LOOKUP_TIMEOUT)
         .map_err(|e| format!("cannot read Kafka's committed offsets: {e}"))?;
-    for ((topic, partition), db_next) in stored {
+    for (topic, partition) in known {
         let kafka_next =
             committed
                 .find_partition(&topic, partition)
@@ -220,24 +250,88 @@ fn set_start_offsets(
                     Offset::Offset(o) => Some(o),
                     _ => None,
                 });
-        if kafka_next.is_some_and(|k| k >= db_next) {
-            continue;
-        }
-        tpl.set_partition_offset(&topic, partition, Offset::Offset(db_next))
+        let db_next = stored.get(&topic).and_then(|t| t.get(&partition)).copied();
+        let start = Start::decide(db_next, kafka_next);
+        let offset = db_next.map_or(Offset::Beginning, Offset::Offset);
+        tpl.set_partition_offset(&topic, partition, offset)
             .map_err(|e| e.to_string())?;
-        let skipped = db_next - kafka_next.unwrap_or(0).max(0);
-        stats
-            .replays_avoided
-            .fetch_add(skipped as u64, Ordering::Relaxed);
-        tracing::info!(
-            topic,
-            partition,
-            db_next,
-            kafka_next,
-            "starting from the offset stored in the database, ahead of Kafka's"
-        );
+        start.report(&topic, partition, db_next, kafka_next, stats);
     }
     Ok(())
+}
+
+/// Where an assigned partition starts, against Kafka's committed offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// At Kafka's committed offset, which is the database's.
+    Same,
+    /// Ahead of Kafka's committed offset: the records between are committed in the database.
+    Ahead(i64),
+    /// Behind Kafka's committed offset by this many records: the database lost commits.
+    Behind(i64),
+    /// At the partition's beginning: no row for it in the database, which knows its topic.
+    Beginning,
+}
+
+impl Start {
+    fn decide(db_next: Option<i64>, kafka_next: Option<i64>) -> Self {
+        match (db_next, kafka_next) {
+            (None, _) => Start::Beginning,
+            (Some(d), Some(k)) if d < k => Start::Behind(k - d),
+            (Some(d), Some(k)) if d == k => Start::Same,
+            (Some(d), k) => Start::Ahead(d - k.unwrap_or(0).max(0)),
+        }
+    }
+
+    fn report(
+        self,
+        topic: &str,
+        partition: i32,
+        db_next: Option<i64>,
+        kafka_next: Option<i64>,
+        stats: &Stats,
+    ) {
+        match self {
+            Start::Same => {}
+            Start::Ahead(skipped) => {
+                stats
+                    .replays_avoided
+                    .fetch_add(skipped as u64, Ordering::Relaxed);
+                tracing::info!(
+                    topic,
+                    partition,
+                    db_next,
+                    kafka_next,
+                    "starting from the offset stored in the database, ahead of Kafka's"
+                );
+            }
+            Start::Behind(gap) => {
+                stats.record_rewind(gap as u64);
+                tracing::warn!(
+                    topic,
+                    partition,
+                    db_next,
+                    kafka_next,
+                    gap,
+                    "the database's position is behind Kafka's committed offset by {gap} \
+                     records: the database went back in time (a restore, a failover to a replica \
+                     that lagged); reading them again from the database's position, the inbox \
+                     skipping what it holds"
+                );
+            }
+            Start::Beginning => {
+                stats.record_rewind(kafka_next.unwrap_or(0).max(0) as u64);
+                tracing::warn!(
+                    topic,
+                    partition,
+                    kafka_next,
+                    "the database knows the topic but holds no position for this partition (a \
+                     restore from before its first commit): starting at the partition's \
+                     beginning, the inbox skipping what it holds"
+                );
+            }
+        }
+    }
 }
 
 fn partitions_by_topic(tpl: &TopicPartitionList) -> HashMap<String, Vec<i32>> {
@@ -270,28 +364,38 @@ fn block_on_pool<T>(
     })
 }
 
-/// Reads the stored offsets, blocking the rebalance callback on the pool.
+/// Reads the stored offsets of every partition of the assigned topics (a topic with a row for
+/// any of its partitions is known to the database), blocking the rebalance callback on the pool.
 fn read_stored(
     pool: &Pool,
     group: &str,
     by_topic: &HashMap<String, Vec<i32>>,
-) -> Result<HashMap<(String, i32), i64>, String> {
-    let rt = tokio::runtime::Handle::try_current().map_err(|e| e.to_string())?;
-    if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
-        return Err("offsets in the database need a multi-thread runtime".to_owned());
-    }
-    tokio::task::block_in_place(|| {
-        rt.block_on(async {
-            let mut all = HashMap::new();
-            for (topic, partitions) in by_topic {
-                let read = offset_table::read(pool, group, topic, partitions);
-                let found = tokio::time::timeout(LOOKUP_TIMEOUT, read)
-                    .await
-                    .map_err(|_| "timed out reading consumer_offsets".to_owned())?
-                    .map_err(|e| format!("cannot read consumer_offsets: {e}"))?;
-                all.extend(found.into_iter().map(|(p, o)| ((topic.clone(), p), o)));
+) -> Result<HashMap<String, HashMap<i32, i64>>, String> {
+    block_on_pool(async {
+        let mut all = HashMap::new();
+        for topic in by_topic.keys() {
+            let found = offset_table::read_topic(pool, group, topic)
+                .await
+                .map_err(|e| format!("cannot read consumer_offsets: {e}"))?;
+            if !found.is_empty() {
+                all.insert(topic.clone(), found);
             }
-            Ok(all)
-        })
+        }
+        Ok(all)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Start;
+
+    #[test]
+    fn the_database_position_wins_in_both_directions() {
+        assert_eq!(Start::decide(Some(10), Some(10)), Start::Same);
+        assert_eq!(Start::decide(Some(15), Some(10)), Start::Ahead(5));
+        assert_eq!(Start::decide(Some(15), None), Start::Ahead(15));
+        assert_eq!(Start::decide(Some(4), Some(10)), Start::Behind(6));
+        assert_eq!(Start::decide(None, Some(10)), Start::Beginning);
+        assert_eq!(Start::decide(None, None), Start::Beginning);
+    }
 }

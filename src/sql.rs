@@ -3,23 +3,31 @@
 //! here, so that what is measured is what runs. (The retention's DELETE and partition DDL are
 //! built per table and day in `retention`.)
 
-/// The monotonic upsert of one partition's next offset, with its four parameters named by the
-/// caller (so that it can be a data-modifying CTE of another statement).
+/// The compare-and-set upsert of one partition's next offset, with its five parameters named
+/// by the caller (so that it can be a data-modifying CTE of another statement). The row moves
+/// only from the position the writer last committed (`$expected`); with no expected position
+/// (the first write of an assignment that found no row), only forward. It returns one row,
+/// `inserted`, when it wrote: no row means the database holds another position than the
+/// writer's (the database went back, or another member moved it), and an inserted row where
+/// one was expected means the row was lost. Either way the caller rolls back.
 macro_rules! upsert_offset {
-    ($group:literal, $topic:literal, $partition:literal, $next:literal) => {
+    ($group:literal, $topic:literal, $partition:literal, $next:literal, $expected:literal) => {
         concat!(
             "INSERT INTO consumer_offsets AS c (group_id, topic, partition, next_offset, updated_at) ",
             "VALUES (",
             $group, ", ", $topic, ", ", $partition, ", ", $next,
             ", now()) ON CONFLICT (group_id, topic, partition) DO UPDATE ",
             "SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at ",
-            "WHERE c.next_offset < EXCLUDED.next_offset"
+            "WHERE c.next_offset = ", $expected, "::bigint OR (", $expected,
+            "::bigint IS NULL AND c.next_offset < EXCLUDED.next_offset) ",
+            "RETURNING (xmax = 0) AS inserted"
         )
     };
 }
 
-/// The monotonic upsert of one partition's next offset.
-pub const UPSERT_OFFSET: &str = upsert_offset!("$1", "$2", "$3", "$4");
+/// The compare-and-set upsert of one partition's next offset (`$5`: the position the writer
+/// last committed, NULL when it knows none); one row, `inserted`, when it wrote.
+pub const UPSERT_OFFSET: &str = upsert_offset!("$1", "$2", "$3", "$4", "$5");
 
 /// The stored next offsets of some partitions of a topic for a group.
 pub const READ_OFFSETS: &str = "\
@@ -74,22 +82,26 @@ RETURNING message_id"
 pub const INSERT_IDS: &str = insert_ids!();
 /// The per-message dedup: inserts one id, returns it when it was new.
 pub const INSERT_ONE_ID: &str = insert_one_id!();
-// The same statements, also upserting the partition's next offset ($5 group, $6 next offset) in
-// a data-modifying CTE: offsets in the database cost no extra round trip.
-/// [`INSERT_IDS`] with the partition's next offset upserted in the same statement.
-pub const INSERT_IDS_AND_OFFSET: &str = concat!(
-    "WITH stored AS (",
-    upsert_offset!("$5", "$2", "$3", "$6"),
-    ") ",
-    insert_ids!()
-);
-/// [`INSERT_ONE_ID`] with the partition's next offset upserted in the same statement.
-pub const INSERT_ONE_ID_AND_OFFSET: &str = concat!(
-    "WITH stored AS (",
-    upsert_offset!("$5", "$2", "$3", "$6"),
-    ") ",
-    insert_one_id!()
-);
+// The same statements, also upserting the partition's next offset ($5 group, $6 next offset,
+// $7 the position this member last committed) in a data-modifying CTE: offsets in the database
+// cost no extra round trip. A NULL row after the new ids says the compare-and-set wrote nothing
+// (the database holds another position): the caller rolls the transaction back.
+macro_rules! with_offset {
+    ($insert:expr) => {
+        concat!(
+            "WITH stored AS (",
+            upsert_offset!("$5", "$2", "$3", "$6", "$7"),
+            "), ids AS (",
+            $insert,
+            ") SELECT message_id FROM ids UNION ALL SELECT NULL::uuid WHERE NOT EXISTS ",
+            "(SELECT 1 FROM stored WHERE NOT (inserted AND $7::bigint IS NOT NULL))"
+        )
+    };
+}
+/// [`INSERT_IDS`] with the partition's next offset compared-and-set in the same statement.
+pub const INSERT_IDS_AND_OFFSET: &str = with_offset!(insert_ids!());
+/// [`INSERT_ONE_ID`] with the partition's next offset compared-and-set in the same statement.
+pub const INSERT_ONE_ID_AND_OFFSET: &str = with_offset!(insert_one_id!());
 
 /// The dead letters of one partition's batch, one row per Kafka position (a redelivery adds
 /// nothing), with each record's Kafka timestamp (what a redrive gives the handler again).

@@ -38,6 +38,12 @@ pub struct Stats {
     pub(crate) replays_avoided: AtomicU64,
     /// Offsets the client refused to store (the partition was no longer assigned).
     pub(crate) offsets_refused: AtomicU64,
+    /// Times a partition started from, or was moved back to, a database position behind the
+    /// one Kafka or this member had (the database went back in time: a restore, a failover).
+    pub(crate) positions_rewound: AtomicU64,
+    /// Records between the database's position and Kafka's or this member's, re-read at those
+    /// rewinds (the gap the database lost; the inbox skips what it still holds).
+    pub(crate) records_rewound: AtomicU64,
     /// Partitions revoked from this member, counted as each revoke arrives, before it waits for
     /// their in-flight batches (a live counter, not in the snapshot:
     /// [`Stats::partitions_revoked`]).
@@ -86,6 +92,14 @@ pub struct StatsSnapshot {
     /// Offset gaps seen by partition workers.
     #[serde(default)]
     pub offset_gaps: u64,
+    /// Times a partition went back to the database's position (the database went back in
+    /// time).
+    #[serde(default)]
+    pub positions_rewound: u64,
+    /// Records re-read at those rewinds: the gap between the database's position and Kafka's
+    /// or this member's.
+    #[serde(default)]
+    pub records_rewound: u64,
 }
 
 impl Stats {
@@ -123,6 +137,13 @@ impl Stats {
     /// The report's distributions so far (`None` unless made [`Stats::with_report`]).
     pub fn measured(&self) -> Option<Measured> {
         self.report.as_ref().map(crate::metrics::Metrics::measured)
+    }
+
+    /// Counts one move of a partition back to the database's position, `records` behind it.
+    pub(crate) fn record_rewind(&self, records: u64) {
+        self.positions_rewound.fetch_add(1, Relaxed);
+        self.records_rewound.fetch_add(records, Relaxed);
+        self.telemetry.record_rewind(records);
     }
 
     /// Counts one failed attempt that will be retried.
@@ -191,6 +212,8 @@ impl Stats {
             poisoned: self.poisoned.load(Relaxed),
             poison_failures: self.poison_failures.load(Relaxed),
             replays_avoided: self.replays_avoided.load(Relaxed),
+            positions_rewound: self.positions_rewound.load(Relaxed),
+            records_rewound: self.records_rewound.load(Relaxed),
             offsets_refused: self.offsets_refused.load(Relaxed),
             offset_gaps: self.offset_gaps.load(Relaxed),
         }

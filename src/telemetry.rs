@@ -44,6 +44,8 @@ pub(crate) struct Telemetry {
     dead_letters: Family<ReasonLabel, Counter>,
     batches: Counter,
     retries: Counter,
+    positions_rewound: Counter,
+    records_rewound: Counter,
     batch_size: BatchHistogram,
     stages: Family<OneLabel, BatchHistogram, fn() -> BatchHistogram>,
     by_stage: Vec<BatchHistogram>,
@@ -101,6 +103,8 @@ impl Default for Telemetry {
             dead_letters,
             batches: Counter::default(),
             retries: Counter::default(),
+            positions_rewound: Counter::default(),
+            records_rewound: Counter::default(),
             batch_size: BatchHistogram::new(
                 prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 14),
             ),
@@ -231,6 +235,12 @@ impl Telemetry {
     /// Counts one failed attempt that will be retried.
     pub(crate) fn record_retry(&self) {
         self.retries.inc();
+    }
+
+    /// Counts one move of a partition back to the database's position, `records` behind.
+    pub(crate) fn record_rewind(&self, records: u64) {
+        self.positions_rewound.inc();
+        self.records_rewound.inc_by(records);
     }
 
     /// Marks a batch as in flight until the guard is dropped.

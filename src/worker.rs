@@ -32,6 +32,7 @@ use crate::stats::Stats;
 
 mod breaker;
 mod poison;
+mod positions;
 mod retry;
 mod sequence;
 
@@ -55,6 +56,22 @@ pub enum Input {
 pub trait OffsetSink: Send + Sync + 'static {
     /// Stores `next_offset` as the partition's position to commit.
     fn store(&self, topic: &str, partition: i32, next_offset: i64) -> Result<(), String>;
+
+    /// Moves the partition's source back (or forward) so that its next record is the one at
+    /// `next_offset` (`None`: the partition's first record), and makes the source's committed
+    /// position follow: the database's position after it went back in time. A source that
+    /// cannot seek refuses, and the worker stops.
+    fn rewind(&self, topic: &str, partition: i32, next_offset: Option<i64>) -> Result<(), String> {
+        let _ = (topic, partition, next_offset);
+        Err("this source cannot move a partition's position".to_owned())
+    }
+
+    /// The source's position in the partition: the offset after the last record or marker it
+    /// read (past a transaction's control records, which carry no message). `None`: unknown.
+    fn position(&self, topic: &str, partition: i32) -> Option<i64> {
+        let _ = (topic, partition);
+        None
+    }
 }
 
 impl Default for WorkerSettings {
@@ -122,12 +139,16 @@ pub struct PartitionWorker<H: Handler, S: OffsetSink> {
     breaker: Breaker,
     /// An input read while pulling the ready records (natural batching), handled next.
     pending: Option<Option<Input>>,
+    /// Set when the partition was moved to the database's position since it was last read.
+    rewound: bool,
 }
 
 enum Step {
     Input(Option<Input>),
     Linger,
     Stop,
+    /// Time to compare the database's position with this member's (an idle partition).
+    Check,
 }
 
 impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
@@ -157,6 +178,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             went_back: None,
             breaker: Breaker::new(settings.max_poison_rate),
             pending: None,
+            rewound: false,
         }
     }
 
@@ -169,6 +191,8 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         stop: CancellationToken,
     ) -> Result<(), RunError> {
         let mut source = pin!(source);
+        let mut check = positions::check_interval();
+        let checks = self.inbox.offsets_group().is_some();
         loop {
             let deadline = self.batcher.deadline();
             let step = match self.pending.take() {
@@ -178,14 +202,19 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                     _ = stop.cancelled() => Step::Stop,
                     _ = sleep_until_opt(deadline) => Step::Linger,
                     input = source.next() => Step::Input(input),
+                    _ = check.tick(), if checks => Step::Check,
                 },
             };
             match step {
                 Step::Stop | Step::Input(None) => {
                     self.batcher.flush();
-                    return self.drain_ready(&stop, true).await.map(|_| ());
+                    return self.drain_or_rewind(&stop, true).await.map(|_| ());
                 }
                 Step::Linger => self.batcher.tick(Instant::now()),
+                Step::Check => {
+                    self.check_position(&stop).await?;
+                    continue;
+                }
                 Step::Input(Some(Input::Record(raw))) => {
                     self.accept(raw);
                     if self.settings.batching == Batching::Natural {
@@ -198,7 +227,14 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 }
                 Step::Input(Some(Input::Eof)) => {
                     self.batcher.flush();
-                    if !self.drain_ready(&stop, false).await? {
+                    if !self.drain_or_rewind(&stop, false).await? {
+                        return Ok(());
+                    }
+                    if std::mem::take(&mut self.rewound) {
+                        // The records re-read from the database's position come first.
+                        continue;
+                    }
+                    if !self.past_markers(&stop).await? {
                         return Ok(());
                     }
                     self.at_eof.store(true, Ordering::Release);
@@ -208,7 +244,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                     tracing::warn!(topic = %self.topic, partition = self.partition, "consumer: {e}");
                 }
             }
-            if !self.drain_ready(&stop, false).await? {
+            if !self.drain_or_rewind(&stop, false).await? {
                 return Ok(());
             }
         }

@@ -167,12 +167,41 @@ pub(super) async fn insert_ids<P>(
         }
         Some(t) => {
             let stmt = tx.prepare_cached(INSERT_IDS_AND_OFFSET).await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-                [&ids, &topic, &partition, &offsets, &t.group, &t.next_offset];
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+                &ids,
+                &topic,
+                &partition,
+                &offsets,
+                &t.group,
+                &t.next_offset,
+                &t.expected,
+            ];
             tx.query(&stmt, &params).await?
         }
     };
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    ids_written(&rows, target)
+}
+
+/// The new ids of a dedup statement's rows; with a `target`, a NULL row says that the offset's
+/// compare-and-set wrote nothing ([`crate::sql::INSERT_IDS_AND_OFFSET`]).
+fn ids_written(
+    rows: &[tokio_postgres::Row],
+    target: Option<OffsetTarget<'_>>,
+) -> Result<HashSet<Uuid>, InboxError> {
+    let mut ids = HashSet::with_capacity(rows.len());
+    for row in rows {
+        match row.get::<_, Option<Uuid>>(0) {
+            Some(id) => {
+                ids.insert(id);
+            }
+            None => {
+                return Err(InboxError::PositionMoved {
+                    expected: target.and_then(|t| t.expected),
+                })
+            }
+        }
+    }
+    Ok(ids)
 }
 
 /// [`insert_ids`] of one id, with the per-message statement (one row, no arrays).
@@ -183,20 +212,26 @@ async fn insert_one_id(
     offset: i64,
     target: Option<OffsetTarget<'_>>,
 ) -> Result<HashSet<Uuid>, InboxError> {
-    let row = match target {
+    let rows = match target {
         None => {
             let stmt = tx.prepare_cached(INSERT_ONE_ID).await?;
-            tx.query_opt(&stmt, &[&id, &topic, &partition, &offset])
-                .await?
+            tx.query(&stmt, &[&id, &topic, &partition, &offset]).await?
         }
         Some(t) => {
             let stmt = tx.prepare_cached(INSERT_ONE_ID_AND_OFFSET).await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-                [&id, &topic, &partition, &offset, &t.group, &t.next_offset];
-            tx.query_opt(&stmt, &params).await?
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+                &id,
+                &topic,
+                &partition,
+                &offset,
+                &t.group,
+                &t.next_offset,
+                &t.expected,
+            ];
+            tx.query(&stmt, &params).await?
         }
     };
-    Ok(row.map(|r| r.get(0)).into_iter().collect())
+    ids_written(&rows, target)
 }
 
 /// The dead letter of `rejection`. An index outside the handler's slice is the handler's bug,

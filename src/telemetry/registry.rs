@@ -39,6 +39,18 @@ impl Telemetry {
             "Transaction attempts that failed transiently and were retried",
             self.retries.clone(),
         );
+        r.register(
+            "positions_rewound",
+            "Times a partition started from, or went back to, a database position behind Kafka's \
+             or this member's: the database went back in time (a restore, a failover)",
+            self.positions_rewound.clone(),
+        );
+        r.register(
+            "records_rewound",
+            "Records between the database's position and Kafka's or this member's at those \
+             rewinds: re-read, the inbox skipping what the database still holds",
+            self.records_rewound.clone(),
+        );
         self.register_histograms(&mut r);
         self.register_gauges(&mut r);
         self.stalls.register(&mut r);

@@ -113,6 +113,17 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                     self.resume(stalled);
                     return Ok(Attempt::Failed(e));
                 }
+                Err(InboxError::PositionMoved { expected }) => {
+                    // Not retried: the worker moves to the database's position (module
+                    // `positions`), where the records of this attempt come again.
+                    self.resume(stalled);
+                    return Err(RunError::PositionMoved {
+                        topic: self.topic.to_string(),
+                        partition: self.partition,
+                        expected,
+                        stored: None,
+                    });
+                }
                 Err(e) => e,
             };
             failures += 1;

@@ -31,6 +31,7 @@ mod partitions;
 mod pipeline;
 mod plans;
 mod poison;
+mod positions;
 mod readyz;
 mod rebalance;
 mod rebalance_faults;

@@ -51,13 +51,13 @@ fn cases() -> Vec<Case> {
         case(
             "inbox insert and offset",
             sql::INSERT_IDS_AND_OFFSET,
-            "(IDS, 't', 0, '{1}', 'g', 2)",
+            "(IDS, 't', 0, '{1}', 'g', 2, NULL)",
             pipeline,
         ),
         case(
             "offset upsert",
             sql::UPSERT_OFFSET,
-            "('g', 't', 0, 1)",
+            "('g', 't', 0, 1, NULL)",
             pipeline,
         ),
         case(

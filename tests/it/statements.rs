@@ -173,7 +173,7 @@ async fn the_dedup_statement_never_reads_the_whole_inbox() {
         .get(0);
     let plan: Vec<String> = c
         .query(
-            &format!("EXPLAIN EXECUTE {name}('{{}}', 't', 0, '{{}}', 'g', 1)"),
+            &format!("EXPLAIN EXECUTE {name}('{{}}', 't', 0, '{{}}', 'g', 1, NULL)"),
             &[],
         )
         .await

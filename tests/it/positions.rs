@@ -1,0 +1,200 @@
+//! The database is the system of record, positions included: after the database goes back in
+//! time (a restore from a backup, a failover to an asynchronous replica that lagged), the
+//! processor resumes from the positions it holds, never from Kafka's committed offsets, and a
+//! running member notices the database going back under it. Each test takes a consistent copy
+//! of the database's tables mid-run and puts it back later (what a restore does to them: the
+//! inbox, the business table, the dead letters and the positions go back together), then checks
+//! the exact balances, inbox rows and positions.
+
+use crate::common;
+use crate::common::group;
+use batch_inbox::Mode;
+use common::*;
+use deadpool_postgres::Pool;
+use group::{db_offsets, inbox_rows, wait_for, Member, OffsetReader};
+
+const TABLES: [&str; 4] = ["inbox", "balances", "dead_letters", "consumer_offsets"];
+
+/// A consistent copy of the processor's tables (one transaction), as a backup holds them.
+async fn backup(pool: &Pool) {
+    let mut c = pool.get().await.unwrap();
+    let tx = c.transaction().await.unwrap();
+    for t in TABLES {
+        let sql = format!(
+            "DROP TABLE IF EXISTS backup_{t}; CREATE TABLE backup_{t} AS SELECT * FROM {t}"
+        );
+        tx.batch_execute(&sql).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Puts the copy back in one transaction: the database went back in time.
+async fn restore(pool: &Pool) {
+    let mut c = pool.get().await.unwrap();
+    let tx = c.transaction().await.unwrap();
+    for t in TABLES {
+        let sql = format!("DELETE FROM {t}; INSERT INTO {t} SELECT * FROM backup_{t}");
+        tx.batch_execute(&sql).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+async fn balance(pool: &Pool, account: i64) -> i64 {
+    let c = pool.get().await.unwrap();
+    c.query_opt(
+        "SELECT amount FROM balances WHERE account_id = $1",
+        &[&account],
+    )
+    .await
+    .unwrap()
+    .map_or(0, |r| r.get(0))
+}
+
+/// Sends entries `from..to` of 10 each to `account` on `partition`.
+async fn send(kafka: &Kafka, partition: i32, account: i64, from: u32, to: u32) {
+    for n in from..to {
+        kafka.send_entry(partition, &uuid(n), account, 10).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_database_behind_kafka_is_read_again_from_its_position() {
+    let (_url, pool) = fresh_db("positions_restore").await;
+    let kafka = Kafka::new("positions-restore", 1);
+    send(&kafka, 0, 1, 0, 10).await;
+    drain(config(kafka.settings("g"), Mode::Batched, 4), &pool).await;
+    backup(&pool).await;
+    send(&kafka, 0, 1, 10, 30).await;
+    drain(config(kafka.settings("g"), Mode::Batched, 4), &pool).await;
+    assert_eq!(balance(&pool, 1).await, 300);
+    let reader = OffsetReader::new(&kafka.brokers, "g", &kafka.topic, 1);
+    assert_eq!(reader.committed(), Some(vec![30]));
+
+    restore(&pool).await;
+    assert_eq!(balance(&pool, 1).await, 100);
+    let again = drain(config(kafka.settings("g"), Mode::Batched, 4), &pool).await;
+
+    assert_eq!(
+        again.new, 20,
+        "the 20 records the database lost were applied again"
+    );
+    assert_eq!(again.duplicates, 0);
+    assert_eq!(again.positions_rewound, 1);
+    assert_eq!(
+        again.records_rewound, 20,
+        "the gap: Kafka's 30 against the database's 10"
+    );
+    assert_eq!(balance(&pool, 1).await, 300);
+    assert_eq!(inbox_rows(&pool).await, 30);
+    assert_eq!(db_offsets(&pool, "g", 1).await, vec![30]);
+    wait_for("Kafka's committed offset to follow", 30, || async {
+        reader.committed() == Some(vec![30])
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_without_a_position_of_a_known_topic_starts_at_its_beginning() {
+    let (_url, pool) = fresh_db("positions_no_row").await;
+    let kafka = Kafka::new("positions-no-row", 2);
+    send(&kafka, 0, 1, 0, 5).await;
+    drain(config(kafka.settings("g"), Mode::Batched, 4), &pool).await;
+    // The backup is from before partition 1's first commit.
+    backup(&pool).await;
+    send(&kafka, 1, 2, 5, 12).await;
+    drain(config(kafka.settings("g"), Mode::Batched, 4), &pool).await;
+    assert_eq!(db_offsets(&pool, "g", 2).await, vec![5, 7]);
+
+    restore(&pool).await;
+    assert_eq!(db_offsets(&pool, "g", 2).await, vec![5, -1]);
+    let again = drain(config(kafka.settings("g"), Mode::Batched, 4), &pool).await;
+
+    assert_eq!(
+        again.new, 7,
+        "partition 1 was read from its beginning: {again:?}"
+    );
+    assert_eq!(again.duplicates, 0);
+    assert_eq!(again.positions_rewound, 1);
+    assert_eq!((balance(&pool, 1).await, balance(&pool, 2).await), (50, 70));
+    assert_eq!(inbox_rows(&pool).await, 12);
+    assert_eq!(db_offsets(&pool, "g", 2).await, vec![5, 7]);
+}
+
+/// A member that keeps running while its database goes back in time: the next batch's offset
+/// write finds another position than the one it committed, rolls back, and the partition moves
+/// to the database's position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_member_notices_the_database_going_back_at_its_next_batch() {
+    let (_url, pool) = fresh_db("positions_running").await;
+    let kafka = Kafka::new("positions-running", 1);
+    let mut cfg = config(kafka.settings("g"), Mode::Batched, 4);
+    cfg.exit_on_eof = false;
+    let member = Member::start(cfg, &pool);
+    send(&kafka, 0, 1, 0, 10).await;
+    wait_for("10 applied", 60, || async {
+        db_offsets(&pool, "g", 1).await == vec![10]
+    })
+    .await;
+    backup(&pool).await;
+    send(&kafka, 0, 1, 10, 20).await;
+    wait_for("20 applied", 60, || async {
+        db_offsets(&pool, "g", 1).await == vec![20]
+    })
+    .await;
+
+    restore(&pool).await;
+    send(&kafka, 0, 1, 20, 25).await;
+    wait_for("every record applied", 60, || async {
+        db_offsets(&pool, "g", 1).await == vec![25] && inbox_rows(&pool).await == 25
+    })
+    .await;
+    let stats = member.stats.snapshot();
+    member.stop().await;
+
+    assert_eq!(balance(&pool, 1).await, 250);
+    assert_eq!(inbox_rows(&pool).await, 25);
+    assert_eq!(stats.positions_rewound, 1, "{stats:?}");
+    assert_eq!(
+        stats.records_rewound, 10,
+        "this member had committed 20, the database 10"
+    );
+    assert_eq!(
+        stats.new, 35,
+        "records 10-19 applied twice: once before, once after the restore"
+    );
+}
+
+/// The same, with no new record after the database went back: the idle partition compares its
+/// position with the database's and reads the lost records again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_member_notices_the_database_going_back() {
+    let (_url, pool) = fresh_db("positions_idle").await;
+    let kafka = Kafka::new("positions-idle", 1);
+    let mut cfg = config(kafka.settings("g"), Mode::Batched, 4);
+    cfg.exit_on_eof = false;
+    let member = Member::start(cfg, &pool);
+    send(&kafka, 0, 1, 0, 6).await;
+    wait_for("6 applied", 60, || async {
+        db_offsets(&pool, "g", 1).await == vec![6]
+    })
+    .await;
+    backup(&pool).await;
+    send(&kafka, 0, 1, 6, 15).await;
+    wait_for("15 applied", 60, || async {
+        db_offsets(&pool, "g", 1).await == vec![15]
+    })
+    .await;
+
+    restore(&pool).await;
+    assert_eq!(inbox_rows(&pool).await, 6);
+    wait_for("the lost records applied again", 60, || async {
+        db_offsets(&pool, "g", 1).await == vec![15] && inbox_rows(&pool).await == 15
+    })
+    .await;
+    let stats = member.stats.snapshot();
+    member.stop().await;
+
+    assert_eq!(balance(&pool, 1).await, 150);
+    assert_eq!(stats.positions_rewound, 1, "{stats:?}");
+    assert_eq!(stats.records_rewound, 9);
+}
