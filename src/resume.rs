@@ -14,8 +14,12 @@
 //! `consumer_topics` the first time the group resumes the topic from the database. When the
 //! broker's topic has another id (deleted and re-created), the stored offsets point into a log
 //! that no longer exists: its partitions are left out of the assignment (nothing of them is
-//! consumed) and the processor stops with [`RunError::TopicReplaced`]. A broker without topic
-//! ids, or one that cannot describe the topic, leaves the check out (logged).
+//! consumed) and the processor stops with [`RunError::TopicReplaced`]. When the ids cannot be
+//! read (the request fails or times out), the check fails closed: nothing is consumed and the
+//! processor stops ([`RunError::PositionsUnread`]). A broker without topic ids (the all-zero id),
+//! a topic it refuses to describe, or a cluster whose metadata names no controller of its own
+//! (librdkafka's mock cluster; told from the metadata at once, never after a timeout) keeps the
+//! database's positions unchecked (logged at debug level).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -52,16 +56,30 @@ pub(crate) fn from_database(
 ) -> AssignHook {
     Box::new(move |consumer, tpl| {
         let topics: Vec<String> = partitions_by_topic(tpl).into_keys().collect();
-        match replaced_topics(consumer.client().native_ptr(), &topics, &pool, &group, true) {
-            Ok(replaced) => {
-                for failure in replaced {
-                    if let RunError::TopicReplaced { topic, .. } = &failure {
-                        *tpl = without_topic(tpl, topic);
-                    }
-                    let _ = failures.send(failure);
+        let rk = consumer.client().native_ptr();
+        let mut attempts = 0;
+        let replaced = loop {
+            match replaced_topics(rk, &topics, &pool, &group, true) {
+                Ok(replaced) => break replaced,
+                Err(e) if attempts + 1 < LOOKUP_ATTEMPTS => {
+                    attempts += 1;
+                    tracing::warn!("cannot check the topics' ids, will retry: {e}");
+                }
+                Err(e) => {
+                    // The database's offsets may belong to a deleted topic: moving the
+                    // partitions there could skip the new topic's records. Nothing is consumed.
+                    *tpl = TopicPartitionList::new();
+                    let detail = format!("cannot check the topics' ids: {e}");
+                    let _ = failures.send(RunError::PositionsUnread { detail });
+                    return;
                 }
             }
-            Err(e) => tracing::warn!("cannot check the topics' ids against the database: {e}"),
+        };
+        for failure in replaced {
+            if let RunError::TopicReplaced { topic, .. } = &failure {
+                *tpl = without_topic(tpl, topic);
+            }
+            let _ = failures.send(failure);
         }
         let mut attempts = 0;
         while let Err(e) = set_start_offsets(consumer, tpl, &pool, &group, &stats) {
@@ -97,8 +115,8 @@ struct Recorded {
 
 /// Fails with [`RunError::TopicReplaced`] when a topic of `topics` has stored offsets of another
 /// topic id: run at start, before anything is consumed (the `--exit-on-eof` check would
-/// otherwise count the old offsets as the new topic's). Any failure to tell is logged, not
-/// fatal: the assignment checks again.
+/// otherwise count the old offsets as the new topic's). A failure to tell is logged, not fatal
+/// here: each assignment checks again, and fails closed.
 pub(crate) fn check_at_start(
     rk: *mut rdkafka_sys::bindings::rd_kafka_t,
     topics: &[String],
@@ -130,6 +148,11 @@ fn replaced_topics(
     }
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     // SAFETY: the callers pass the handle of a consumer they hold for the call.
+    if !unsafe { topic_id::can_describe(rk, LOOKUP_TIMEOUT) }? {
+        tracing::debug!("the cluster names no controller of its own: topic ids not checked");
+        return Ok(Vec::new());
+    }
+    // SAFETY: as above.
     let described = unsafe { topic_id::describe(rk, &names, LOOKUP_TIMEOUT) }?;
     let recorded = block_on_pool(async {
         let client = pool.get().await.map_err(|e| one_line_error(&e))?;

@@ -23,6 +23,39 @@ pub(crate) enum Described {
     Refused(String),
 }
 
+/// Whether the cluster of client `rk` can describe topics: DescribeTopics goes to the
+/// controller that the brokers' metadata names, and a cluster whose metadata names no broker of
+/// its own as controller (librdkafka's mock cluster names 0) would leave the request waiting
+/// until its timeout. Answers from the client's metadata (fetched within `timeout` if it has
+/// none yet), never after a DescribeTopics timeout. Blocking.
+///
+/// # Safety
+///
+/// `rk` must be a live librdkafka client handle for the whole call.
+pub(crate) unsafe fn can_describe(rk: *mut sys::rd_kafka_t, timeout: Duration) -> Result<bool, String> {
+    let millis = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: the metadata is created here, read, and destroyed once on every path.
+    unsafe {
+        let controller = sys::rd_kafka_controllerid(rk, millis);
+        if controller < 0 {
+            return Ok(false);
+        }
+        let mut metadata: *const sys::rd_kafka_metadata = std::ptr::null();
+        let err = sys::rd_kafka_metadata(rk, 0, std::ptr::null_mut(), &mut metadata, millis);
+        if err != sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || metadata.is_null() {
+            return Err(format!(
+                "cannot read the cluster's metadata: {}",
+                text(sys::rd_kafka_err2str(err))
+            ));
+        }
+        let m = &*metadata;
+        let brokers = std::slice::from_raw_parts(m.brokers, usize::try_from(m.broker_cnt).unwrap_or(0));
+        let known = brokers.iter().any(|b| b.id == controller);
+        sys::rd_kafka_metadata_destroy(metadata);
+        Ok(known)
+    }
+}
+
 /// Describes `topics` through client `rk` within `timeout`. Blocking.
 ///
 /// # Safety
