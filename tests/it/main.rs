@@ -46,6 +46,7 @@ mod startup;
 mod statements;
 mod topic_changes;
 mod topic_retention;
+mod transactions;
 mod unsafe_settings;
 mod worker_gaps;
 mod worker_stop;
