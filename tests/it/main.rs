@@ -44,6 +44,7 @@ mod stalls;
 mod startup;
 mod statements;
 mod topic_changes;
+mod topic_reset;
 mod topic_retention;
 mod unsafe_settings;
 mod worker_gaps;
