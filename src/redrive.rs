@@ -9,8 +9,10 @@
 //!    twice and never wait on each other;
 //! 2. decode their records again, exactly as stored (key, value, headers, Kafka timestamp);
 //! 3. remove the inbox rows that the dead letters put there themselves (same id, same
-//!    position): a parked message is not its own duplicate, while a copy applied meanwhile
-//!    under another position keeps its row, and the message is a `duplicate`;
+//!    position, and a reason that writes one: `handler_error` or a handler's rejection): a
+//!    parked message is not its own duplicate, while a copy applied meanwhile under another
+//!    position keeps its row, and so does the original application of an
+//!    `outside_dedup_window` re-read: the message is then a `duplicate`;
 //! 4. the inbox's own dedup and the handler, on the new messages only, in this transaction
 //!    ([`crate::inbox::apply_within`]);
 //! 5. mark each dead letter: `applied`, `duplicate` or `rejected` (`redriven_at = now()`), or,

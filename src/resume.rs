@@ -216,9 +216,31 @@ fn replaced_topics(
     Ok(failures)
 }
 
+/// The failure for `topic`, whose offsets of `group` belong to topic id `stored` while the
+/// broker's topic has id `current`, with the reset an operator runs before starting again.
+///
+/// The reset deletes the group's offsets and recorded id of the topic, and the inbox rows whose
+/// keys were derived from the old topic's positions (`--id-from position`, and a tombstone passed
+/// on without its id header): a position key is a pure function of topic, partition and offset
+/// ([`crate::message::key::position_key`]), so the new topic's record at the same position would
+/// get the same key and be skipped as a duplicate of the old one. Such a row is told apart
+/// exactly: its `message_id` is the position key of its own `topic`, `partition` and `offset`
+/// columns (the record's position, written with the id), recomputed in SQL from the key's bytes
+/// (SHA-256, then the version-8 and variant bits). Any other row of the topic stays: a UUID
+/// id, or a key derived from an id value (`--id-format any`), names the message itself, and a
+/// copy of it in the new topic is the same message, still a duplicate. Rows of other topics
+/// are never matched (`topic` is compared, and hashed). The statement reads every inbox row of
+/// the topic once (there is no index on `topic`), which a one-off reset can afford.
 fn replaced(topic: &str, group: &str, stored: Uuid, current: Uuid) -> RunError {
     let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
     let (g, t) = (quote(group), quote(topic));
+    // The bytes hashed in front of a position (the table of `crate::message::key`): the
+    // namespace, the kind 0x02 (a position), the topic name's length (big-endian) and the name.
+    let mut prefix = crate::message::key::NAMESPACE.as_bytes().to_vec();
+    prefix.push(0x02);
+    prefix.extend(u32::try_from(topic.len()).unwrap_or(u32::MAX).to_be_bytes());
+    prefix.extend(topic.as_bytes());
+    let hex: String = prefix.iter().map(|b| format!("{b:02x}")).collect();
     RunError::TopicReplaced {
         topic: topic.to_owned(),
         group: group.to_owned(),
@@ -226,7 +248,12 @@ fn replaced(topic: &str, group: &str, stored: Uuid, current: Uuid) -> RunError {
         current,
         reset: format!(
             "DELETE FROM consumer_offsets WHERE group_id = {g} AND topic = {t}; \
-             DELETE FROM consumer_topics WHERE group_id = {g} AND topic = {t};"
+             DELETE FROM consumer_topics WHERE group_id = {g} AND topic = {t}; \
+             DELETE FROM inbox AS i WHERE i.topic = {t} AND i.message_id = (SELECT \
+             encode(set_byte(set_byte(h, 6, (get_byte(h, 6) & 15) | 128), 8, \
+             (get_byte(h, 8) & 63) | 128), 'hex')::uuid FROM (SELECT substr(sha256(\
+             decode('{hex}', 'hex') || int4send(i.partition) || int8send(i.\"offset\")), 1, 16) \
+             AS h) AS k);"
         ),
     }
 }

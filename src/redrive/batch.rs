@@ -1,5 +1,6 @@
-//! One redrive transaction: lock, decode, remove the dead letters' own inbox rows, dedup and
-//! handler, mark, COMMIT (the steps of the parent module's documentation).
+//! One redrive transaction: lock, decode, remove the dead letters' own inbox rows (those of
+//! `handler_error` and rejections, the only dead letters that write one), dedup and handler,
+//! mark, COMMIT (the steps of the parent module's documentation).
 //!
 //! Invariant: the dead letters are locked before anything else and stay locked until COMMIT or
 //! rollback; every other statement touches only what belongs to them (their inbox rows, their
@@ -20,6 +21,7 @@ use crate::failpoint::failpoint;
 use crate::handler::Handler;
 use crate::inbox::apply_within;
 use crate::message::{decode_batch_with, Decoded, Decoding, Message, RawMessage};
+use crate::reason::Reason;
 use crate::sql::redrive::{DELETE_OWN_INBOX_ROWS, LOCK_ONE, LOCK_PARKED, MARK};
 
 /// Which dead letters a transaction locks.
@@ -202,6 +204,19 @@ fn position_of(raw: &RawMessage) -> Position {
     }
 }
 
+/// The reasons whose dead letters wrote no inbox row: every pipeline reason but
+/// `handler_error` (a poison message's id goes to the inbox with its dead letter, and so does a
+/// handler's rejection). A decoding failure never reached the inbox; an `outside_dedup_window`
+/// dead letter is a re-read held back by the guard, and the row at its position, if any, is the
+/// original application's, which a redrive must keep.
+fn without_own_inbox_row() -> Vec<&'static str> {
+    Reason::PIPELINE
+        .iter()
+        .filter(|r| **r != Reason::HandlerError)
+        .map(Reason::as_str)
+        .collect()
+}
+
 async fn delete_own_inbox_rows<P>(
     tx: &Transaction<'_>,
     messages: &[Message<P>],
@@ -213,8 +228,9 @@ async fn delete_own_inbox_rows<P>(
     let topics: Vec<&str> = messages.iter().map(|m| &*m.raw.topic).collect();
     let partitions: Vec<i32> = messages.iter().map(|m| m.raw.partition).collect();
     let offsets: Vec<i64> = messages.iter().map(|m| m.raw.offset).collect();
+    let kept = without_own_inbox_row();
     let stmt = tx.prepare_cached(DELETE_OWN_INBOX_ROWS).await?;
-    tx.execute(&stmt, &[&ids, &topics, &partitions, &offsets])
+    tx.execute(&stmt, &[&ids, &topics, &partitions, &offsets, &kept])
         .await?;
     Ok(())
 }

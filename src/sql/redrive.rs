@@ -57,13 +57,20 @@ FOR UPDATE SKIP LOCKED"
 );
 
 /// Removes the inbox rows that dead letters put there themselves: those of the same id AND the
-/// same position. A row of the id at another position was written by another delivery that
-/// was applied (or refused) on its own, and stays: the message is then a duplicate. The caller
-/// holds the dead letters' locks, so no other redrive touches these rows.
+/// same position, of a dead letter whose reason wrote one. Only a poison message
+/// (`handler_error`) and a handler's rejection get an inbox row with their dead letter; `$5` lists
+/// the reasons that write none (the decoding failures and `outside_dedup_window`). The row at the
+/// position of an `outside_dedup_window` dead letter is the ORIGINAL application of the message
+/// (the guard parked a re-read of it), so it stays, and the message is a duplicate. A row of the
+/// id at another position was written by another delivery that was applied (or refused) on its
+/// own, and stays too. The caller holds the dead letters' locks, so no other redrive touches these
+/// rows.
 pub const DELETE_OWN_INBOX_ROWS: &str = "\
 DELETE FROM inbox AS i
 USING unnest($1::uuid[], $2::text[], $3::int[], $4::bigint[]) AS d(id, t, p, o)
-WHERE i.message_id = d.id AND i.topic = d.t AND i.partition = d.p AND i.\"offset\" = d.o";
+JOIN dead_letters AS l ON l.topic = d.t AND l.partition = d.p AND l.\"offset\" = d.o
+WHERE i.message_id = d.id AND i.topic = d.t AND i.partition = d.p AND i.\"offset\" = d.o
+  AND l.reason <> ALL($5::text[])";
 
 /// Records what a redrive did with each dead letter: an outcome sets `redriven_at`; a NULL
 /// outcome (it failed again) leaves it NULL. A new detail replaces the old one; every attempt

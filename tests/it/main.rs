@@ -45,6 +45,7 @@ mod stalls;
 mod startup;
 mod statements;
 mod topic_changes;
+mod topic_reset;
 mod topic_retention;
 mod transactions;
 mod unsafe_settings;

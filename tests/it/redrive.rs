@@ -4,7 +4,8 @@
 //! message exactly once, marks its dead letter and deletes none; a second redrive and a full
 //! replay by a new consumer group change nothing. Two redrives at once apply each message once;
 //! a redrive killed midway and run again too (module `crash`, failpoints builds). `list`: the
-//! listing; `sql`: the SQL handler's input on a redrive.
+//! listing; `sql`: the SQL handler's input on a redrive; `window`: which inbox rows a redrive
+//! removes, without a broker.
 
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use crate::sql_handler::{produce, record};
 mod crash;
 mod list;
 mod sql;
+mod window;
 
 /// The CHECK constraint that refuses account 7 (the ledger creates an account on first use).
 pub(crate) const NO_SEVEN: &str =
