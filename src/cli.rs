@@ -11,4 +11,5 @@ pub mod config_file;
 pub mod dead_letters;
 pub mod handler;
 pub mod logging;
+pub mod positions;
 pub mod retention;

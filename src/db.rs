@@ -90,6 +90,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "consumer_topics",
         sql: include_str!("../migrations/core/0007_consumer_topics.sql"),
     },
+    Migration {
+        version: 8,
+        name: "consumer_offset_changes",
+        sql: include_str!("../migrations/core/0008_consumer_offset_changes.sql"),
+    },
 ];
 
 /// What a core schema behind tells an operator to run (when it does not know the handler).

@@ -495,8 +495,9 @@ pub enum RunError {
         "topic {topic} was deleted and re-created: the offsets of group {group} in the database \
          belong to topic id {stored}, the broker's topic has id {current}, and starting there \
          would skip the new topic's records. To consume the new topic from its start, remove the \
-         old offsets ({reset}), reset the group's offsets in Kafka too (kafka-consumer-groups \
-         --group {group} --topic {topic} --reset-offsets --to-earliest --execute) and start again"
+         old offsets and the inbox rows keyed by the old topic's positions ({reset}), set the \
+         group's positions of the new topic in the database (batch-inbox positions set --group \
+         {group} --topic {topic} --to-earliest --reason ...) and start again"
     )]
     TopicReplaced {
         /// The topic.
@@ -507,7 +508,8 @@ pub enum RunError {
         stored: uuid::Uuid,
         /// The broker's id of the topic now.
         current: uuid::Uuid,
-        /// The SQL that removes the old offsets.
+        /// The SQL that removes the old offsets, the recorded topic id and the inbox rows keyed
+        /// by the old topic's positions.
         reset: String,
     },
 }

@@ -136,6 +136,7 @@ mod names;
 mod offset_table;
 mod offsets;
 mod outcome;
+pub mod positions;
 mod processor;
 mod reason;
 pub mod redrive;

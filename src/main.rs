@@ -16,6 +16,7 @@ use cli::commands::{Command, RunArgs};
 use cli::config_file::{self, ConfigError, Source};
 use cli::dead_letters::{DeadLettersCommand, ListArgs, RedriveArgs};
 use cli::handler::{ApplySql, HandlerArgs, HandlerKind};
+use cli::positions::{PositionsCommand, SetArgs};
 use cli::retention::{CleanupCommandArgs, MigrateArgs};
 
 #[global_allocator]
@@ -48,6 +49,9 @@ async fn main() -> std::process::ExitCode {
                 }
             },
         },
+        Command::Positions(p) => match p.command {
+            PositionsCommand::Set(args) => set_positions(*args).await,
+        },
         Command::Run(args) if args.ops.print_config => {
             print_settings(&loaded.settings);
             Ok(())
@@ -72,6 +76,27 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+async fn set_positions(args: SetArgs) -> anyhow::Result<()> {
+    use batch_inbox::positions;
+    let pool = db::connect(args.db.database_url.expose(), 1).await?;
+    db::check_schema(&pool).await?;
+    let (kafka, target) = (args.kafka(), args.target());
+    let topic = args.kafka.topic();
+    let changes = positions::plan(&kafka, &pool, topic, &args.partitions, target).await?;
+    print!("{}", positions::table(&changes));
+    if args.dry_run {
+        println!("dry run: nothing moved ({target}, group {})", args.group);
+        return Ok(());
+    }
+    positions::apply(&pool, &args.group, &changes, target, &args.reason).await?;
+    println!(
+        "moved {} partition(s) of group {} ({target}); recorded in consumer_offset_changes",
+        changes.len(),
+        args.group
+    );
+    Ok(())
 }
 
 async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {

@@ -68,7 +68,7 @@ pub(crate) fn from_database(
                 Err(e) => {
                     // The database's offsets may belong to a deleted topic: moving the
                     // partitions there could skip the new topic's records. Nothing is consumed.
-                    *tpl = TopicPartitionList::new();
+                    remove_partitions(tpl, |_, _| true);
                     let detail = format!("cannot check the topics' ids: {e}");
                     let _ = failures.send(RunError::PositionsUnread { detail });
                     return;
@@ -77,7 +77,7 @@ pub(crate) fn from_database(
         };
         for failure in replaced {
             if let RunError::TopicReplaced { topic, .. } = &failure {
-                *tpl = without_topic(tpl, topic);
+                remove_partitions(tpl, |t, _| t == topic);
             }
             let _ = failures.send(failure);
         }
@@ -90,20 +90,36 @@ pub(crate) fn from_database(
             }
             // Kafka's committed offsets may be ahead of the database (a restore, a failover):
             // starting there could skip records. Nothing is consumed; the processor stops.
-            *tpl = TopicPartitionList::new();
+            remove_partitions(tpl, |_, _| true);
             let _ = failures.send(RunError::PositionsUnread { detail: e });
             break;
         }
     })
 }
 
-/// `tpl` without the partitions of `topic`.
-fn without_topic(tpl: &TopicPartitionList, topic: &str) -> TopicPartitionList {
-    let mut kept = TopicPartitionList::new();
-    for e in tpl.elements().iter().filter(|e| e.topic() != topic) {
-        let _ = kept.add_partition_offset(e.topic(), e.partition(), e.offset());
+/// Removes from `tpl` every partition for which `drop` holds, in place: the list belongs to
+/// librdkafka's rebalance event, which frees it, so it is never replaced.
+fn remove_partitions(tpl: &mut TopicPartitionList, drop: impl Fn(&str, i32) -> bool) {
+    let doomed: Vec<(String, i32)> = tpl
+        .elements()
+        .iter()
+        .filter(|e| drop(e.topic(), e.partition()))
+        .map(|e| (e.topic().to_owned(), e.partition()))
+        .collect();
+    for (topic, partition) in doomed {
+        let Ok(name) = std::ffi::CString::new(topic) else {
+            continue; // a topic name from librdkafka holds no NUL byte
+        };
+        // SAFETY: `tpl` is a live list for the call, and `name` a NUL-terminated string that
+        // outlives it; librdkafka removes the element and frees what it owned.
+        unsafe {
+            rdkafka_sys::bindings::rd_kafka_topic_partition_list_del(
+                tpl.ptr(),
+                name.as_ptr(),
+                partition,
+            );
+        }
     }
-    kept
 }
 
 /// What the database knows of one topic for the group: the recorded id, and whether it has
@@ -292,6 +308,7 @@ fn set_start_offsets(
     let committed = consumer
         .committed_offsets(query, LOOKUP_TIMEOUT)
         .map_err(|e| format!("cannot read Kafka's committed offsets: {e}"))?;
+    let mut lost = Vec::new();
     for (topic, partition) in known {
         let kafka_next =
             committed
@@ -301,13 +318,60 @@ fn set_start_offsets(
                     _ => None,
                 });
         let db_next = stored.get(&topic).and_then(|t| t.get(&partition)).copied();
+        if let Some(db_next) = db_next {
+            let (log_start, _) = consumer
+                .fetch_watermarks(&topic, partition, LOOKUP_TIMEOUT)
+                .map_err(|e| format!("cannot read {topic}/{partition}'s log start: {e}"))?;
+            if db_next < log_start {
+                lost.push((topic, partition, db_next, log_start));
+                continue;
+            }
+        }
+        stats.telemetry.stalls.resumed(&topic, partition);
         let start = Start::decide(db_next, kafka_next);
         let offset = db_next.map_or(Offset::Beginning, Offset::Offset);
         tpl.set_partition_offset(&topic, partition, offset)
             .map_err(|e| e.to_string())?;
         start.report(&topic, partition, db_next, kafka_next, stats);
     }
+    if !lost.is_empty() {
+        remove_partitions(tpl, |t, p| lost.iter().any(|l| l.0 == t && l.1 == p));
+        for (topic, partition, db_next, log_start) in &lost {
+            stall_on_lost(stats, group, topic, *partition, *db_next, *log_start);
+        }
+    }
     Ok(())
+}
+
+/// What a lost partition's stall says (`/readyz`, the stalled gauge).
+const LOST: &str = "records lost: the database's position is before the log's start";
+
+/// The database's position of a partition is before its log's start: the records between are
+/// gone for good (deleted by Kafka's retention before they were applied, or the database was
+/// restored from a backup older than the topic's retention). Never skipped in silence: the
+/// partition is not consumed here and stalls visibly until an operator accepts the loss (sets the
+/// position with `positions set`, which records it) and the partition is assigned again.
+fn stall_on_lost(
+    stats: &Stats,
+    group: &str,
+    topic: &str,
+    partition: i32,
+    db_next: i64,
+    log_start: i64,
+) {
+    stats.telemetry.stalls.kafka_refused(topic, partition, LOST);
+    tracing::error!(
+        topic,
+        partition,
+        db_next,
+        log_start,
+        "records {db_next}..{} of {topic}/{partition} are gone: the database's position is \
+         before the partition's log start, Kafka deleted them before they were applied. The \
+         partition is stalled, nothing skipped. To accept the loss: batch-inbox positions set \
+         --group {group} --topic {topic} --partition {partition} --to-earliest --reason '...', \
+         then restart the processor",
+        log_start - 1
+    );
 }
 
 /// Where an assigned partition starts, against Kafka's committed offset.

@@ -32,7 +32,10 @@ pub(crate) enum Described {
 /// # Safety
 ///
 /// `rk` must be a live librdkafka client handle for the whole call.
-pub(crate) unsafe fn can_describe(rk: *mut sys::rd_kafka_t, timeout: Duration) -> Result<bool, String> {
+pub(crate) unsafe fn can_describe(
+    rk: *mut sys::rd_kafka_t,
+    timeout: Duration,
+) -> Result<bool, String> {
     let millis = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
     // SAFETY: the metadata is created here, read, and destroyed once on every path.
     unsafe {
@@ -49,7 +52,8 @@ pub(crate) unsafe fn can_describe(rk: *mut sys::rd_kafka_t, timeout: Duration) -
             ));
         }
         let m = &*metadata;
-        let brokers = std::slice::from_raw_parts(m.brokers, usize::try_from(m.broker_cnt).unwrap_or(0));
+        let brokers =
+            std::slice::from_raw_parts(m.brokers, usize::try_from(m.broker_cnt).unwrap_or(0));
         let known = brokers.iter().any(|b| b.id == controller);
         sys::rd_kafka_metadata_destroy(metadata);
         Ok(known)

@@ -11,6 +11,7 @@ use super::args::{DbArgs, KafkaArgs, PipelineArgs};
 use super::dead_letters::DeadLettersArgs;
 use super::handler::HandlerArgs;
 use super::logging::LogFormat;
+use super::positions::PositionsArgs;
 use super::retention::{parse_retention, CleanupArgs, CleanupCommandArgs, MigrateArgs};
 
 /// Apply a Kafka topic to PostgreSQL exactly once, with a micro-batched transactional inbox.
@@ -47,6 +48,8 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// List dead letters, or re-drive them through the handler once their cause is fixed.
     DeadLetters(DeadLettersArgs),
+    /// Move a consumer group's positions in the database, the system of record for them.
+    Positions(PositionsArgs),
 }
 
 /// `run` flags.

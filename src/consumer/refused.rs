@@ -80,7 +80,8 @@ pub(crate) const RULES: &[Rule] = &[
         reason: "`latest` skips the records already in a partition when the group has no offset \
                  for it or its offset is out of range (they are never applied), and `error` \
                  stops the partition; to start a new group at the end of the topic, set its \
-                 offsets explicitly (kafka-consumer-groups --reset-offsets --to-latest)",
+                 positions explicitly in the database, which the processor starts from (batch-inbox \
+                 positions set --to-latest)",
     },
     Rule {
         key: "enable.partition.eof",

@@ -7,6 +7,7 @@
 //! the exact balances, inbox rows and positions.
 
 use crate::common;
+use crate::common::child;
 use crate::common::group;
 use batch_inbox::Mode;
 use common::*;
@@ -197,4 +198,226 @@ async fn an_idle_member_notices_the_database_going_back() {
     assert_eq!(balance(&pool, 1).await, 150);
     assert_eq!(stats.positions_rewound, 1, "{stats:?}");
     assert_eq!(stats.records_rewound, 9);
+}
+
+async fn offset_changes(pool: &Pool) -> Vec<(i32, Option<i64>, i64, String, String)> {
+    let c = pool.get().await.unwrap();
+    c.query(
+        "SELECT partition, from_offset, to_offset, target, reason FROM consumer_offset_changes \
+         ORDER BY changed_at, partition",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+    .collect()
+}
+
+/// `positions set`: an operator's rewind goes through the database (recorded), a dry run moves
+/// nothing, an offset outside the log is refused, and the processor follows the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_moves_a_group_through_the_database() {
+    let (url, pool) = fresh_db("positions_set").await;
+    let kafka = Kafka::new("positions-set", 2);
+    send(&kafka, 0, 1, 0, 10).await;
+    send(&kafka, 1, 2, 10, 16).await;
+    drain(config(kafka.settings("g"), Mode::Batched, 4), &pool).await;
+    assert_eq!(db_offsets(&pool, "g", 2).await, vec![10, 6]);
+    let set = |extra: &[&str]| {
+        let mut args = vec!["positions", "set", "--database-url", &url];
+        args.extend([
+            "--brokers",
+            &kafka.brokers,
+            "--topic",
+            &kafka.topic,
+            "--group",
+            "g",
+        ]);
+        args.extend(extra);
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        async move {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            child::Running::spawn(&refs, &[])
+                .wait(std::time::Duration::from_secs(60))
+                .await
+        }
+    };
+
+    let dry = set(&[
+        "--partition",
+        "0",
+        "--to-offset",
+        "4",
+        "--reason",
+        "t",
+        "--dry-run",
+    ])
+    .await;
+    assert_eq!(dry.code, Some(0), "{}", dry.stderr);
+    assert!(dry.stdout.contains("dry run"), "{}", dry.stdout);
+    assert_eq!(db_offsets(&pool, "g", 2).await, vec![10, 6]);
+
+    let outside = set(&["--partition", "0", "--to-offset", "99", "--reason", "t"]).await;
+    assert_eq!(outside.code, Some(1), "{}", outside.stderr);
+    assert!(
+        outside.stderr.contains("outside partition 0's log"),
+        "{}",
+        outside.stderr
+    );
+
+    let rewind = set(&[
+        "--partition",
+        "0",
+        "--to-offset",
+        "4",
+        "--reason",
+        "replay 4-9",
+    ])
+    .await;
+    assert_eq!(rewind.code, Some(0), "{}", rewind.stderr);
+    assert_eq!(db_offsets(&pool, "g", 2).await, vec![4, 6]);
+    let changes = offset_changes(&pool).await;
+    let want = (
+        0,
+        Some(10),
+        4,
+        "--to-offset 4".to_owned(),
+        "replay 4-9".to_owned(),
+    );
+    assert_eq!(changes, vec![want]);
+
+    let again = drain(config(kafka.settings("g"), Mode::Batched, 4), &pool).await;
+    assert_eq!((again.new, again.duplicates), (0, 6), "{again:?}");
+    assert_eq!(
+        (balance(&pool, 1).await, balance(&pool, 2).await),
+        (100, 60)
+    );
+    assert_eq!(db_offsets(&pool, "g", 2).await, vec![10, 6]);
+
+    let earliest = set(&["--to-earliest", "--reason", "all again"]).await;
+    assert_eq!(earliest.code, Some(0), "{}", earliest.stderr);
+    assert_eq!(db_offsets(&pool, "g", 2).await, vec![0, 0]);
+    assert_eq!(offset_changes(&pool).await.len(), 3);
+}
+
+/// A database position before the partition's log start (Kafka deleted those records before
+/// they were applied: a restore from a backup older than the topic's retention) is never
+/// skipped in silence: the partition stalls visibly until an operator accepts the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_deleted_before_the_database_position_stall_the_partition_until_accepted() {
+    use crate::common::broker::Broker;
+    use crate::common::http;
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::producer::FutureRecord;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let broker = Broker::start();
+    let topic = broker.topic("positions-lost");
+    batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 1)
+        .await
+        .unwrap();
+    let producer = batch_inbox_tools::produce::producer(&broker.addr, &[]).unwrap();
+    for n in 0..10u32 {
+        let (id, value) = (uuid(n), r#"{"account_id":1,"amount":10}"#);
+        let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+            key: "id",
+            value: Some(id.as_bytes()),
+        });
+        let record = FutureRecord::<str, str>::to(&topic)
+            .partition(0)
+            .payload(value)
+            .headers(headers);
+        producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
+    let (url, pool) = fresh_db("positions_lost").await;
+    let group = Broker::group(&topic, "g");
+    let settings = || {
+        let mut kafka = batch_inbox::KafkaSettings::new(&broker.addr, &topic, &group);
+        kafka.partition_eof = true;
+        kafka
+    };
+    drain(config(settings(), Mode::Batched, 4), &pool).await;
+    // The database goes back to position 2; Kafka deletes the records before offset 5.
+    let c = pool.get().await.unwrap();
+    c.execute("UPDATE consumer_offsets SET next_offset = 2", &[])
+        .await
+        .unwrap();
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .create()
+        .unwrap();
+    let mut before = rdkafka::TopicPartitionList::new();
+    before
+        .add_partition_offset(&topic, 0, rdkafka::Offset::Offset(5))
+        .unwrap();
+    admin
+        .delete_records(&before, &AdminOptions::new())
+        .await
+        .unwrap();
+
+    let stats = Arc::new(batch_inbox::Stats::default());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let any_port = "127.0.0.1:0".parse().unwrap();
+    let addr =
+        batch_inbox::exporter::start(any_port, &url, pool.clone(), stats.clone(), stop.clone())
+            .await
+            .unwrap();
+    let mut cfg = config(settings(), Mode::Batched, 4);
+    cfg.exit_on_eof = false;
+    let run = tokio::spawn(batch_inbox::run_with_stats(
+        cfg,
+        pool.clone(),
+        Arc::new(batch_inbox::ledger::Ledger),
+        stats.clone(),
+        stop.clone().cancelled_owned(),
+    ));
+    let body = http::poll(
+        Duration::from_secs(60),
+        "/readyz to say records lost",
+        || async {
+            let (status, body) = http::get(addr, "/readyz").await;
+            (status == 503 && body.contains("records lost")).then_some(body)
+        },
+    )
+    .await;
+    assert!(body.contains(&format!("{topic}/0")), "{body}");
+    assert_eq!(
+        db_offsets(&pool, &group, 1).await,
+        vec![2],
+        "nothing skipped"
+    );
+    stop.cancel();
+    run.await.unwrap().unwrap();
+
+    let accepted = child::Running::spawn(
+        &[
+            "positions",
+            "set",
+            "--database-url",
+            &url,
+            "--brokers",
+            &broker.addr,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--to-earliest",
+            "--reason",
+            "records 2-4 lost",
+        ],
+        &[],
+    )
+    .wait(Duration::from_secs(60))
+    .await;
+    assert_eq!(accepted.code, Some(0), "{}", accepted.stderr);
+    assert_eq!(db_offsets(&pool, &group, 1).await, vec![5]);
+    let after = drain(config(settings(), Mode::Batched, 4), &pool).await;
+    assert_eq!((after.new, after.duplicates), (0, 5), "{after:?}");
+    assert_eq!(db_offsets(&pool, &group, 1).await, vec![10]);
 }

@@ -87,7 +87,11 @@ async fn a_transactional_topic_drains_with_no_aborted_record_applied_and_lag_zer
     let ends = reader.ends();
     // Each partition holds 30 committed and 8 aborted records and four markers.
     assert_eq!(ends, vec![42, 42]);
-    assert_eq!(db_offsets(&pool, &group, 2).await, ends, "past the last marker");
+    assert_eq!(
+        db_offsets(&pool, &group, 2).await,
+        ends,
+        "past the last marker"
+    );
     wait_for("Kafka's lag to reach 0", 30, || async {
         reader.committed() == Some(ends.clone())
     })
