@@ -42,8 +42,14 @@ use crate::topic_id::{self, Described};
 /// How long an assignment waits for each of the two positions.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Attempts at reading the positions of an assignment before the processor stops.
-const LOOKUP_ATTEMPTS: u32 = 3;
+/// Attempts at reading the positions of an assignment before the processor stops, 1, 2, 4 and
+/// 8 s apart (a database restarting, a failover in progress).
+const LOOKUP_ATTEMPTS: u32 = 5;
+
+/// Waits before attempt `attempt` + 1 (blocking: the rebalance callback is synchronous).
+fn back_off(attempt: u32) {
+    std::thread::sleep(Duration::from_secs(1 << attempt.saturating_sub(1).min(3)));
+}
 
 /// The hook that starts assigned partitions from the offsets `group` stored in the database.
 /// Every record skipped that way is counted in `stats.replays_avoided`. A topic whose stored
@@ -64,6 +70,7 @@ pub(crate) fn from_database(
                 Err(e) if attempts + 1 < LOOKUP_ATTEMPTS => {
                     attempts += 1;
                     tracing::warn!("cannot check the topics' ids, will retry: {e}");
+                    back_off(attempts);
                 }
                 Err(e) => {
                     // The database's offsets may belong to a deleted topic: moving the
@@ -86,6 +93,7 @@ pub(crate) fn from_database(
             attempts += 1;
             if attempts < LOOKUP_ATTEMPTS {
                 tracing::warn!("cannot read the partitions' positions, will retry: {e}");
+                back_off(attempts);
                 continue;
             }
             // Kafka's committed offsets may be ahead of the database (a restore, a failover):
