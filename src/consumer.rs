@@ -12,6 +12,7 @@
 //! refused ([`refused`]).
 
 mod input;
+pub(crate) mod outage;
 mod probe;
 pub(crate) mod refused;
 mod revoke;
@@ -102,6 +103,7 @@ pub(crate) struct GroupContext {
 
 impl ClientContext for GroupContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
+        self.stats.kafka_outage.statistics(&statistics);
         if let Some(sink) = self.statistics.get() {
             sink(&statistics);
         }
@@ -111,6 +113,7 @@ impl ClientContext for GroupContext {
         match error {
             // End of partition is an event the partition workers handle, not a failure.
             KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF) => {}
+            e if outage::is_connection_error(&e) => self.stats.kafka_outage.error(&e),
             e => tracing::warn!("kafka client: {e}: {reason}"),
         }
     }
@@ -168,6 +171,7 @@ impl ConsumerContext for GroupContext {
         match result {
             Ok(()) => {
                 tracing::debug!("offsets committed: {offsets:?}");
+                self.stats.kafka_outage.answered();
                 self.commits_accepted();
                 failpoint!("after_offset_commit");
             }
@@ -485,6 +489,9 @@ impl GroupMember {
                         offset: m.offset(),
                     }),
                     Err(KafkaError::PartitionEOF(_)) => {}
+                    Err(e) if outage::is_connection_error(&e) => {
+                        self.consumer.context().stats.kafka_outage.error(&e)
+                    }
                     Err(e) => tracing::warn!("kafka: {e}"),
                 },
             }

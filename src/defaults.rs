@@ -61,9 +61,9 @@ pub const RETENTION: Duration = Duration::from_secs(7 * 86_400);
 pub const LOG_INTERVAL: &str = "10s";
 /// Stats file rewrite interval.
 pub const STATS_INTERVAL: &str = "1s";
-/// `--max-poison-rate`: 20 poison dead letters per partition and minute
-/// ([`crate::worker::PoisonRate::DEFAULT`] says why).
-pub const MAX_POISON_RATE: &str = "20/1m";
+/// `--max-poison-rate`: more than half of a partition's last 100 messages, and more than 20
+/// ([`crate::worker::PoisonShare::DEFAULT`] and [`crate::worker::PoisonRate::DEFAULT`] say why).
+pub const MAX_POISON_RATE: &str = "50%/100,min=20";
 /// `--statement-timeout`: long enough for any batch of a healthy database, short enough that
 /// a stuck statement is noticed within a minute.
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);

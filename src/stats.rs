@@ -55,6 +55,8 @@ pub struct Stats {
     report: Option<crate::metrics::Metrics>,
     /// Prometheus metrics and live gauges (lag, in-flight batches, assigned partitions).
     pub(crate) telemetry: crate::telemetry::Telemetry,
+    /// Kafka unreachable: its connection errors, said in a few lines.
+    pub(crate) kafka_outage: crate::consumer::outage::OutageLog,
 }
 
 /// A copy of [`Stats`] at one instant.

@@ -37,7 +37,10 @@ mod retry;
 mod sequence;
 
 use breaker::Breaker;
-pub use breaker::{parse_max_poison_rate, MaxPoisonRate, PoisonRate};
+pub use breaker::{
+    parse_max_poison_rate, parse_poison_limit, MaxPoisonLimit, MaxPoisonRate, PoisonLimit,
+    PoisonRate, PoisonShare,
+};
 pub use retry::{RetryPolicy, TIMEOUTS_BEFORE_SPLIT};
 use sequence::{Continuity, Sequence};
 
@@ -84,6 +87,7 @@ impl Default for WorkerSettings {
             batching: crate::defaults::BATCHING,
             retry: RetryPolicy::default(),
             max_poison_rate: Some(PoisonRate::DEFAULT),
+            poison_share: PoisonShare::DEFAULT,
             consume_only: false,
             unsafe_controls: crate::unsafe_controls::UnsafeControls::default(),
         }
@@ -114,8 +118,10 @@ pub struct WorkerSettings {
     pub batching: Batching,
     /// Retry schedule.
     pub retry: RetryPolicy,
-    /// The poison-rate breaker (`None`: off); module `breaker`.
+    /// The poison-rate breaker's floor (`None`: off); module `breaker`.
     pub max_poison_rate: Option<PoisonRate>,
+    /// The poison-rate breaker's share of the last messages (when it is on).
+    pub poison_share: PoisonShare,
     /// The load tools' broker ceiling ([`WorkerSettings::only_consume`]); `false` in the product.
     pub(crate) consume_only: bool,
     /// TEST-ONLY, UNSAFE switches; off (the only value of a normal build).
@@ -176,7 +182,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             batcher,
             sequence: Sequence::default(),
             went_back: None,
-            breaker: Breaker::new(settings.max_poison_rate),
+            breaker: Breaker::new(settings.max_poison_rate, settings.poison_share),
             pending: None,
             rewound: false,
         }

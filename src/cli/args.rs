@@ -11,7 +11,7 @@ use std::time::Duration;
 use batch_inbox::batcher::Batching;
 use batch_inbox::message::{IdFormat, IdRules, IdSource};
 use batch_inbox::secret::{DatabaseUrl, RedactedProperties};
-use batch_inbox::worker::{MaxPoisonRate, WorkerSettings};
+use batch_inbox::worker::{MaxPoisonLimit, WorkerSettings};
 use batch_inbox::{defaults, parse_interval, KafkaSettings, Mode, ProcessorConfig};
 use clap::Args;
 
@@ -180,16 +180,18 @@ pub struct PipelineArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub ids: IdArgs,
-    /// At most N poison dead letters per partition within DURATION (`20/1m`, `5/10s`); the one
-    /// that would exceed it is not dead-lettered: the partition stalls on it until a retry of it
-    /// succeeds (or a restart with a higher limit). `off` disables the breaker.
+    /// The poison-rate breaker: a partition stalls instead of dead-lettering a poison message
+    /// when more than P % of the last W messages it tried failed, that one included, and more
+    /// than N of them (`50%/100,min=20`; `,min=N` may be left out). It stalls on that message
+    /// until a retry of it succeeds (or a restart with a higher limit). `off` disables the
+    /// breaker; the form of before 0.3, `N/DURATION`, is the floor N with the default share.
     #[arg(
         long,
         env = "BATCH_INBOX_MAX_POISON_RATE",
-        value_name = "N/DURATION",
+        value_name = "P%/W[,min=N]",
         default_value = defaults::MAX_POISON_RATE
     )]
-    pub max_poison_rate: MaxPoisonRate,
+    pub max_poison_rate: MaxPoisonLimit,
     /// Each statement's `statement_timeout` on the processor's connections (`30s`, `500ms`;
     /// `0`: the server's). A batch that times out 3 times is bisected; a single message that
     /// still does stalls its partition. The client gives up on a transaction that gets no answer
@@ -254,7 +256,7 @@ impl PipelineArgs {
         worker.batcher.max_bytes = self.batch_max_bytes;
         worker.batcher.linger = Duration::from_millis(self.linger_ms());
         worker.batching = self.batching;
-        worker.max_poison_rate = self.max_poison_rate.0;
+        worker.set_poison_limit(self.max_poison_rate.0);
         worker
     }
 

@@ -11,6 +11,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::Message as _;
 
+use super::outage::is_connection_error;
 use super::{headers, GroupContext};
 use crate::message::RawMessage;
 use crate::stats::Stats;
@@ -39,7 +40,7 @@ pub(crate) fn to_raw(topic: &Arc<str>, m: &BorrowedMessage<'_>) -> RawMessage {
 /// The worker's input stream over a partition queue. A fetch Kafka refuses (the topic's READ
 /// revoked) stalls the partition visibly in `stats` (the stalled gauge, `/readyz`, one WARN
 /// line) until its next record or end: librdkafka retries the fetch, and reports the refusal
-/// once.
+/// once. Connection errors go to the member's outage ([`super::outage`]), not to the worker.
 pub(crate) fn queue_input(
     topic: Arc<str>,
     partition: i32,
@@ -47,14 +48,21 @@ pub(crate) fn queue_input(
     stats: Arc<Stats>,
 ) -> impl futures::Stream<Item = Input> + '_ {
     let mut refused = false;
-    queue.stream().map(move |r| {
+    queue.stream().filter_map(move |r| {
+        // Counted by the member's outage, not a line per partition and retry.
+        if let Err(e) = &r {
+            if is_connection_error(e) {
+                stats.kafka_outage.error(e);
+                return std::future::ready(None);
+            }
+        }
         let stalls = &stats.telemetry.stalls;
         let resumes = matches!(r, Ok(_) | Err(KafkaError::PartitionEOF(_)));
         if resumes && std::mem::take(&mut refused) {
             stalls.resumed(&topic, partition);
             tracing::info!(topic = %topic, partition, "Kafka serves the partition's fetches again");
         }
-        match r {
+        let input = match r {
             Ok(m) => Input::Record(to_raw(&topic, &m)),
             Err(KafkaError::PartitionEOF(_)) => Input::Eof,
             Err(e) => {
@@ -70,7 +78,8 @@ pub(crate) fn queue_input(
                 }
                 Input::Error(e.to_string())
             }
-        }
+        };
+        std::future::ready(Some(input))
     })
 }
 

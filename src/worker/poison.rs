@@ -96,6 +96,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             }
             let error = match self.attempt(&part.decoded, stop, stopping).await? {
                 Attempt::Committed(outcome) => {
+                    self.breaker.applied(part.decoded.messages.len());
                     let stamps = timestamps(&part.decoded);
                     self.committed(&outcome, last_offset(&part.decoded), clock, &stamps);
                     if part.left_of_failed {
@@ -133,7 +134,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
                 // The handler failed with no message to blame: nothing can be isolated.
                 return Err(self.batch_error(first_offset(&part.decoded), error));
             }
-            let written = match self.breaker.trips(std::time::Instant::now()) {
+            let written = match self.breaker.trips() {
                 true => {
                     self.stall_on_poison(part.decoded, error, clock, stop, stopping)
                         .await?
@@ -194,12 +195,13 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         stopping: bool,
     ) -> Result<bool, RunError> {
         let first = first_offset(&part);
-        let why = format!(
-            " by the poison-rate breaker ({} per partition, --max-poison-rate)",
-            self.breaker
-                .limit()
-                .map_or_else(String::new, |l| l.to_string())
-        );
+        let why = self.breaker.limit().map_or_else(String::new, |l| {
+            let (percent, window) = (l.share.percent, l.share.window);
+            format!(
+                " by the poison-rate breaker (more than {percent}% of the partition's last \
+                 {window} messages failed, --max-poison-rate {l})"
+            )
+        });
         let mut failures = 0u32;
         loop {
             failures += 1;

@@ -208,3 +208,73 @@ async fn the_broker_down_slow_and_failing_fetches_lose_nothing_and_the_lag_retur
     assert_eq!(db_offsets(&pool, "g", 3).await, ends);
     sampler.finish();
 }
+
+/// The processor's own WARN lines (JSON logs; not librdkafka's log) from line `from` on.
+fn warnings(lines: &[String], from: usize) -> Vec<String> {
+    let warn = lines[from.min(lines.len())..].iter();
+    warn.filter(|l| l.contains("\"level\":\"WARN\"") && l.contains("\"target\":\"batch_inbox"))
+        .cloned()
+        .collect()
+}
+
+/// The broker stopped under a running processor for 12 s: librdkafka reports a connection error
+/// for every retry (from the client's callback and from its queues), which were one WARN line
+/// each (dozens in 12 s); now the outage is said once when it begins and once, at INFO, when
+/// Kafka answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_outage_is_said_in_a_few_lines_not_one_per_error() {
+    let (url, pool) = fresh_db("outage_lines").await;
+    let kafka = Kafka::new("outage-lines", 2);
+    for i in 0..10u32 {
+        kafka.send_entry((i % 2) as i32, &uuid(i), 1, 10).await;
+    }
+    let run = crate::common::child::Running::spawn(
+        &[
+            "--log-format",
+            "json",
+            "run",
+            "--database-url",
+            &url,
+            "--brokers",
+            &kafka.brokers,
+            "--topic",
+            "outage-lines",
+            "--group",
+            "outage-lines",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+        &[("RUST_LOG", "info")],
+    );
+    wait_for("10 inbox rows", 60, || async {
+        inbox_rows(&pool).await == 10
+    })
+    .await;
+
+    let before = run.stderr_lines().len();
+    kafka.cluster.broker_down(1).unwrap();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let during = warnings(&run.stderr_lines(), before);
+    eprintln!(
+        "{} WARN lines in the outage:\n{}",
+        during.len(),
+        during.join("\n")
+    );
+    kafka.cluster.broker_up(1).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !run.stderr_lines()[before..]
+        .iter()
+        .any(|l| l.contains("Kafka answers again"))
+    {
+        let all = run.stderr_lines()[before..].join("\n");
+        assert!(std::time::Instant::now() < deadline, "not said:\n{all}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let all = warnings(&run.stderr_lines(), before);
+    run.stop().await;
+    assert!(
+        during.iter().any(|l| l.contains("Kafka unreachable")),
+        "the outage is said: {during:#?}"
+    );
+    assert!(all.len() <= 2, "a few lines, not one per error: {all:#?}");
+}

@@ -387,3 +387,107 @@ async fn the_poison_rate_breaker_stalls_instead_of_dead_lettering_the_stream() {
     assert_eq!(next, 20);
     assert_eq!(stats.stall_reason(), None);
 }
+
+/// A worker over `inputs` with the breaker `limit` (records of one partition, batches of
+/// `batch_size`); returns its stats and its task.
+fn spawn_breaker_worker<H: Handler<Payload = Entry>>(
+    pool: &Pool,
+    handler: H,
+    limit: &str,
+    batch_size: usize,
+    inputs: impl futures::Stream<Item = Input> + Send + 'static,
+) -> (
+    Arc<Stats>,
+    tokio::task::JoinHandle<Result<(), batch_inbox::RunError>>,
+) {
+    let stats = Arc::new(Stats::default());
+    let mut settings = worker_settings(Mode::Batched, batch_size, 1usize << 20);
+    settings.set_poison_limit(batch_inbox::worker::parse_poison_limit(limit).unwrap());
+    settings.retry.initial = Duration::from_millis(10);
+    settings.retry.max = Duration::from_millis(200);
+    let inbox = Inbox::new(pool.clone(), Arc::new(handler), "id").with_offsets_in_db(Some("g"));
+    let worker = PartitionWorker::new(
+        Arc::from("t"),
+        0,
+        Arc::new(inbox),
+        Arc::new(Recorded::default()),
+        settings,
+        stats.clone(),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let running = tokio::spawn(worker.run(inputs, CancellationToken::new()));
+    (stats, running)
+}
+
+/// One message in a hundred breaks the handler (1% bad data, 10 of 1000, in batches of 100):
+/// with a floor of 3 (a count of 3 a minute stalled the partition on the fourth), each is
+/// dead-lettered and everything else is applied, without a stall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_percent_bad_data_is_dead_lettered_and_the_partition_flows() {
+    let (_, pool) = fresh_db("poison_share_flows").await;
+    let poison: Vec<i64> = (0..1000).filter(|o| o % 100 == 37).collect();
+    let handler = PoisonLedger {
+        poison: poison.iter().map(|o| id(*o)).collect(),
+    };
+    let inputs: Vec<Input> = (0..1000).map(|o| Input::Record(record(o, false))).collect();
+    let (stats, running) = spawn_breaker_worker(
+        &pool,
+        handler,
+        "50%/100,min=3",
+        100,
+        futures::stream::iter(inputs),
+    );
+    tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("the partition flows")
+        .unwrap()
+        .expect("no error");
+    let (balances, inbox, letters, next) = state(&pool).await;
+    let offsets: Vec<i64> = letters.iter().map(|(o, _, _)| *o).collect();
+    assert_eq!(offsets, poison, "each bad message dead-lettered");
+    assert_eq!(balances, expected_balances(1000, &poison));
+    assert_eq!((inbox, next), (1000, 1000));
+    assert_eq!(stats.snapshot().poisoned, 10);
+    assert_eq!(stats.stall_reason(), None);
+}
+
+/// A deployment that fails every message, on a topic where one arrives every 300 ms (a count
+/// of 3 per 100 ms, the old form, would never trip): it dead-letters the floor's 3 and stalls
+/// on the fourth all the same, then applies the rest once fixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_deployment_on_a_slow_topic_stalls_all_the_same() {
+    use futures::StreamExt as _;
+    let (_, pool) = fresh_db("poison_share_slow").await;
+    let fixed = Arc::new(AtomicBool::new(false));
+    let handler = BrokenUntilFixed {
+        fixed: fixed.clone(),
+    };
+    let inputs = futures::stream::iter(0..10).then(|o| async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Input::Record(record(o, false))
+    });
+    let (stats, running) = spawn_breaker_worker(&pool, handler, "3/100ms", 1, inputs);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let reason = loop {
+        if let Some(reason) = stats.stall_reason() {
+            break reason;
+        }
+        assert!(std::time::Instant::now() < deadline, "never stalled");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(reason.contains("poison-rate breaker"), "{reason}");
+    let (_, _, letters, _) = state(&pool).await;
+    let offsets: Vec<i64> = letters.iter().map(|(o, _, _)| *o).collect();
+    assert_eq!(offsets, [0, 1, 2], "the floor's three, then the stall");
+
+    fixed.store(true, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("the worker finishes once the handler is fixed")
+        .unwrap()
+        .expect("no error");
+    let (balances, inbox, letters, next) = state(&pool).await;
+    assert_eq!(balances, expected_balances(10, &[0, 1, 2]));
+    assert_eq!((inbox, letters.len(), next), (10, 3, 10));
+    assert_eq!(stats.stall_reason(), None);
+}

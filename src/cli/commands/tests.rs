@@ -122,6 +122,33 @@ fn the_breaker_can_be_turned_off_and_a_zero_timeout_is_the_servers() {
 }
 
 #[test]
+fn the_breaker_takes_a_share_and_the_old_count_per_duration_as_its_floor() {
+    let worker = |value: &str| {
+        let Command::Run(run) = parse(&["run", "--max-poison-rate", value]).unwrap().command else {
+            panic!("not run")
+        };
+        run.processor().worker
+    };
+    let w = worker("10%/1000,min=5");
+    let floor = w.max_poison_rate.expect("on");
+    assert_eq!(
+        (w.poison_share.percent, w.poison_share.window, floor.count),
+        (10, 1000, 5)
+    );
+    let w = worker("3/1m");
+    let floor = w.max_poison_rate.expect("on");
+    assert_eq!(w.poison_share, batch_inbox::worker::PoisonShare::DEFAULT);
+    assert_eq!((floor.count, floor.per), (3, Duration::from_secs(60)));
+    let w = worker("50%/100");
+    assert_eq!(
+        w.max_poison_rate.map(|f| f.count),
+        Some(20),
+        "the default floor"
+    );
+    assert!(parse(&["run", "--max-poison-rate", "50%/100,min=100"]).is_err());
+}
+
+#[test]
 fn unsafe_controls_are_hidden_and_off_by_default() {
     let Command::Run(run) = parse(&["run"]).unwrap().command else {
         panic!("not run")
