@@ -103,7 +103,7 @@ async fn migrate_handler_sql_creates_the_core_tables_and_no_balances() {
     )
     .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert_eq!(out.stdout, "core migrations applied: [1, 2, 3, 4, 5, 6, 7]");
+    assert_eq!(out.stdout, "core migrations applied: [1, 2, 3, 4, 5, 6, 7, 8]");
     assert_eq!(tables(&pool).await, CORE_TABLES);
     assert_eq!(versions(&recorded(&pool).await), latest(&[db::CORE]));
     db::check_schema(&pool).await.unwrap();
@@ -248,12 +248,12 @@ async fn run_on_a_schema_behind_names_the_migrate_of_its_handler() {
     };
     assert_eq!(
         run("sql").await,
-        "error: database schema: the core's tables are at version 0, this binary needs 7: run \
+        "error: database schema: the core's tables are at version 0, this binary needs 8: run \
          `batch-inbox migrate --handler sql`"
     );
     assert_eq!(
         run("ledger").await,
-        "error: database schema: the core's tables are at version 0, this binary needs 7: run \
+        "error: database schema: the core's tables are at version 0, this binary needs 8: run \
          `batch-inbox migrate --handler ledger`"
     );
     let out = binary(
@@ -325,7 +325,7 @@ async fn concurrent_migrates_apply_each_migration_once() {
     let mut ledger: Vec<Vec<i32>> = results.iter().skip(1).step_by(2).cloned().collect();
     core.sort();
     ledger.sort();
-    assert_eq!(core, [vec![], vec![], vec![], vec![1, 2, 3, 4, 5, 6, 7]]);
+    assert_eq!(core, [vec![], vec![], vec![], vec![1, 2, 3, 4, 5, 6, 7, 8]]);
     assert_eq!(ledger, [vec![], vec![], vec![], vec![1, 2]]);
     assert_eq!(
         versions(&recorded(&pool).await),

@@ -76,7 +76,7 @@ const UPSERT: &str = concat!(
 );
 
 const CORE_BEHIND: &str = "error: database schema: the core's tables are at version 0, this \
-     binary needs 7: run `batch-inbox migrate` (`batch-inbox migrate --handler sql` for the \
+     binary needs 8: run `batch-inbox migrate` (`batch-inbox migrate --handler sql` for the \
      core's tables alone)";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,7 +84,7 @@ async fn a_database_without_tables_says_to_run_migrate_first() {
     let (url, _pool) = empty_db("startup_no_schema").await;
     let ledger = "error: database schema: the core's tables are at version 0, this binary needs \
                   7: run `batch-inbox migrate --handler ledger`";
-    let sql = "error: database schema: the core's tables are at version 0, this binary needs 7: \
+    let sql = "error: database schema: the core's tables are at version 0, this binary needs 8: \
                run `batch-inbox migrate --handler sql`";
     let cases: [(&[&str], &str); 6] = [
         (&["run", "--brokers", "127.0.0.1:1"], ledger),
