@@ -55,8 +55,10 @@ start_processor() {
   PROCESSOR_PID=$!
 }
 
-# gap_warnings LOG: the processor's WARN lines that say the database's position went back (what
-# the fixed processor logs when the database is behind the records it has read or committed).
+# gap_warnings LOG: the processor's WARN lines that say the database's position went back: at
+# assignment ("the database's position is behind Kafka's committed offset by N"), or while
+# running ("... the database went back ...: reading again from the database's position"), or a
+# partition the database knows nothing of ("... starting at the partition's beginning").
 gap_warnings() {
-  grep -E 'WARN' "$1" | grep -icE 'behind|went back|back in time|regress|rewound|rolled back|restor|gap|ahead of the database' || true
+  grep -a 'WARN' "$1" | grep -aicE "position is behind|went back|back in time|rewound|reading again from the database|holds no position" || true
 }
