@@ -21,7 +21,8 @@
 # Environment: BIN (the processor under test, default target/release/batch-inbox, built unless
 # BIN is set), BENCH (default target/release/batch-inbox-bench), SKIP_BUILD=1, RATE (input
 # records/s, default messages/40 s), PROMOTE_DELAY (seconds between the kill and the promotion,
-# default 3), KEEP=1 (keep the run's directory: logs, data directories, the topic read back).
+# default 3), URL_FORM=keyvalue (the processor's DATABASE_URL as `host=a,b port=p1,p2 …` instead of
+# a URL), KEEP=1 (keep the run's directory: logs, data directories, the topic read back).
 #
 # Starts its OWN two PostgreSQL servers (Debian's /usr/lib/postgresql/15/bin; initdb in the run's
 # temporary directory, free ports on 127.0.0.1, fsync on) and its own Apache Kafka node; stops and
@@ -131,7 +132,11 @@ log "$BROKER_KIND on $brokers"
   fail "creating the topic"
 
 # The processor: both servers in one URL; it writes where a session is read-write.
+# tokio-postgres reads both forms; URL_FORM=keyvalue gives the processor the key=value one.
 url="postgres://postgres@127.0.0.1:$p1,127.0.0.1:$p2/$RUN_DB?target_session_attrs=read-write"
+if [ "${URL_FORM:-url}" = keyvalue ]; then
+  url="host=127.0.0.1,127.0.0.1 port=$p1,$p2 user=postgres dbname=$RUN_DB target_session_attrs=read-write"
+fi
 export DATABASE_URL=$url
 processor_args=(--brokers "$brokers" --topic "$topic" --group "$RUN_GROUP" --handler ledger
   --pool-size 4 --log-interval 5s)
