@@ -71,6 +71,8 @@ cleanup() {
   else
     rm -rf "$work"
   fi
+  # Whatever ended the script (a command that failed under set -e, a signal): 0, 1 or 2 only.
+  exit "$status"
 }
 trap cleanup EXIT
 trap 'status=2; exit 130' INT
@@ -262,6 +264,7 @@ python3 scripts/recovery-check.py "$work/topic.txt" "$final_url" "$topic" >"$wor
 final_rows=$(inbox_rows "$p2")
 final_positions=$(positions "$p2")
 warns=$(gap_warnings "$work/processor.log")
+rewound=$(rewound_records "$work/processor.log")
 errors=$(grep -c ' ERROR ' "$work/processor.log" || true)
 reconnects=$(grep -ciE 'retry|retrying|backoff' "$work/processor.log" || true)
 
@@ -291,7 +294,7 @@ r = {
   "final_rows": $final_rows, "final_positions": $final_positions,
   "drained": bool($drained), "seconds_from_kill_to_drained": $drain_s,
   "processor_exits": [int(x) for x in "${exits[*]:-}".split()], "processor_restarts": $restarts,
-  "processor_gap_warnings": $warns, "processor_error_lines": $errors,
+  "processor_gap_warnings": $warns, "processor_records_rewound": $rewound, "processor_error_lines": $errors,
   "processor_retry_lines": $reconnects,
   "check": check,
 }
@@ -303,7 +306,7 @@ lines = [f"# {r['run']}", "",
   f"- inbox rows: primary at kill {r['primary_rows_at_kill']}, replica at promotion {r['replica_rows_at_promotion']}, gap {r['gap_rows']}; final {r['final_rows']} (model {expected['new']})",
   f"- lost: {check['lost_valid_ids']} valid ids ({'; '.join(check['lost_valid_where'])}); {check['lost_dead_letters']} dead letters",
   f"- applied twice: {'YES' if check['applied_twice'] else 'no'} (balances differing from a replay of the inbox's own rows: {check['balances_differing_from_inbox_replay']})",
-  f"- processor: {r['processor_restarts']} restarts, {r['processor_gap_warnings']} WARN lines about the database going back, {r['processor_error_lines']} ERROR lines; drained {r['drained']} ({r['seconds_from_kill_to_drained']} s after the kill)",
+  f"- processor: {r['processor_restarts']} restarts, {r['processor_gap_warnings']} WARN lines about the database going back (records read again: {r['processor_records_rewound']}), {r['processor_error_lines']} ERROR lines; drained {r['drained']} ({r['seconds_from_kill_to_drained']} s after the kill)",
   f"- binary: {r['binary']}; {r['postgres']}; {r['broker']}", ""]
 open(out + ".md", "w").write("\n".join(lines))
 print("\n".join(lines[2:]))

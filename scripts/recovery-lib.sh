@@ -62,3 +62,10 @@ start_processor() {
 gap_warnings() {
   grep -a 'WARN' "$1" | grep -aicE "position is behind|went back|back in time|rewound|reading again from the database|holds no position" || true
 }
+
+# rewound_records LOG: the records those WARN lines say are read again (their behind= and gap=
+# fields, summed).
+rewound_records() {
+  grep -a 'WARN' "$1" | sed 's/\x1b\[[0-9;]*m//g' | grep -aoE '(behind|gap)=[0-9]+' |
+    awk -F= '{ n += $2 } END { print n + 0 }'
+}

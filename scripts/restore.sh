@@ -68,6 +68,8 @@ cleanup() {
   else
     rm -rf "$work"
   fi
+  # Whatever ended the script (a command that failed under set -e, a signal): 0, 1 or 2 only.
+  exit "$status"
 }
 trap cleanup EXIT
 trap 'status=2; exit 130' INT
@@ -234,6 +236,7 @@ python3 scripts/recovery-check.py "$work/topic.txt" "$DATABASE_URL" "$topic" >"$
 final_rows=$(inbox_rows "$port")
 final_positions=$(positions "$port")
 warns=$(gap_warnings "$work/processor.log")
+rewound=$(rewound_records "$work/processor.log")
 
 mkdir -p "$results_dir"
 python3 - "$results_dir/$name" "$work" <<PY
@@ -255,7 +258,7 @@ r = {
   "gap_rows": $drained_rows - $restored_rows,
   "second_run_exit": $second_rc,
   "final_rows": $final_rows, "final_positions": $final_positions,
-  "processor_gap_warnings": $warns,
+  "processor_gap_warnings": $warns, "processor_records_rewound": $rewound,
   "check": check,
 }
 json.dump(r, open(out + ".json", "w"), indent=2)
@@ -266,7 +269,7 @@ lines = [f"# {r['run']}", "",
   f"- inbox rows: {r['rows_before_restore']} before the restore, {r['rows_after_restore']} after it (gap {r['gap_rows']}); final {r['final_rows']} (model {expected['new']})",
   f"- lost: {check['lost_valid_ids']} valid ids ({'; '.join(check['lost_valid_where'])}); {check['lost_dead_letters']} dead letters",
   f"- applied twice: {'YES' if check['applied_twice'] else 'no'} (balances differing from a replay of the inbox's own rows: {check['balances_differing_from_inbox_replay']})",
-  f"- processor: second run (--exit-on-eof) exit {r['second_run_exit']}; {r['processor_gap_warnings']} WARN lines about the database going back",
+  f"- processor: second run (--exit-on-eof) exit {r['second_run_exit']}; {r['processor_gap_warnings']} WARN lines about the database going back (records read again: {r['processor_records_rewound']})",
   f"- binary: {r['binary']}; {r['postgres']}; {r['broker']}", ""]
 open(out + ".md", "w").write("\n".join(lines))
 print("\n".join(lines[2:]))
