@@ -65,7 +65,14 @@ gap_warnings() {
 
 # rewound_records LOG: the records those WARN lines say are read again (their behind= and gap=
 # fields, summed).
+# One awk: a pipeline with a grep that finds nothing would fail under pipefail.
 rewound_records() {
-  grep -a 'WARN' "$1" | sed 's/\x1b\[[0-9;]*m//g' | grep -aoE '(behind|gap)=[0-9]+' |
-    awk -F= '{ n += $2 } END { print n + 0 }'
+  sed 's/\x1b\[[0-9;]*m//g' "$1" | awk '/WARN/ {
+      line = $0
+      while (match(line, /(behind|gap)=[0-9]+/)) {
+        n += substr(line, RSTART, RLENGTH) ~ /^behind/ ? substr(line, RSTART + 7, RLENGTH - 7) : substr(line, RSTART + 4, RLENGTH - 4)
+        line = substr(line, RSTART + RLENGTH)
+      }
+    }
+    END { print n + 0 }'
 }
