@@ -26,7 +26,7 @@
 #
 # Starts its OWN two PostgreSQL servers (Debian's /usr/lib/postgresql/15/bin; initdb in the run's
 # temporary directory, free ports on 127.0.0.1, fsync on) and its own Apache Kafka node; stops and
-# removes them at the end. Prints a summary; writes results/failover/failover-<UTC>-seed<N>.json
+# removes them at the end. Prints a summary; writes results/failover/failover-<UTC>-<async|sync>-n<N>-seed<S>.json
 # and .md (--results-dir elsewhere). Exit status: 0 the final database is exactly the model,
 # 1 it is not (a message lost or applied twice), 2 the run itself failed.
 set -euo pipefail
@@ -42,7 +42,8 @@ while [ $# -gt 0 ]; do
     --sync) sync=1 ;;
     --seed) seed=$2; shift ;;
     --results-dir) results_dir=$2; shift ;;
-    *) echo "unknown flag $1 (see the head of $0)" >&2; exit 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown flag $1 (see $0 --help)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -93,14 +94,16 @@ BENCH=${BENCH:-./target/release/batch-inbox-bench}
 [ -x "$PG_BIN/initdb" ] || fail "no PostgreSQL at $PG_BIN (Debian's postgresql-15)"
 mode=async
 [ "$sync" = 1 ] && mode=sync
-name="failover-$(date -u +%Y%m%dT%H%M%SZ)-$mode-seed$seed"
+name="failover-$(date -u +%Y%m%dT%H%M%SZ)-$mode-n$messages-seed$seed"
 
 # The primary, then its replica from a base backup (-R: standby.signal and primary_conninfo).
 p1=$(free_port)
 log "primary PostgreSQL on 127.0.0.1:$p1"
 private_postgres_init "$primary" "$p1" \
   "-c wal_level=replica -c max_wal_senders=5 -c wal_keep_size=256MB" || fail "primary did not start"
-RUN_DB=failover RUN_GROUP="failover-$seed" topic="failover-$seed"
+# Topic and group of this run only (KAFKA_BROKERS may name a broker that earlier runs used).
+stamp="$(date +%s)-$$"
+RUN_DB=failover RUN_GROUP="failover-$seed-$stamp" topic="failover-$seed-$stamp"
 psql -X -q -h 127.0.0.1 -p "$p1" -U postgres -d postgres -c "CREATE DATABASE $RUN_DB" >/dev/null
 DATABASE_URL="postgres://postgres@127.0.0.1:$p1/$RUN_DB" "$BIN" migrate --handler ledger >/dev/null ||
   fail "migrate"

@@ -25,7 +25,7 @@
 #
 # Starts its OWN PostgreSQL server (Debian's /usr/lib/postgresql/15/bin; initdb in the run's
 # temporary directory, a free port on 127.0.0.1, fsync on) and its own Apache Kafka node; stops
-# and removes them at the end. Prints a summary; writes results/failover/restore-<UTC>-….json
+# and removes them at the end. Prints a summary; writes results/failover/restore-<UTC>-<dump|pitr>-n<N>-seed<S>.json
 # and .md (--results-dir elsewhere). Exit status: 0 the final database is exactly the model,
 # 1 it is not (a message lost or applied twice), 2 the run itself failed.
 set -euo pipefail
@@ -41,7 +41,8 @@ while [ $# -gt 0 ]; do
     --pitr) pitr=1 ;;
     --seed) seed=$2; shift ;;
     --results-dir) results_dir=$2; shift ;;
-    *) echo "unknown flag $1 (see the head of $0)" >&2; exit 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown flag $1 (see $0 --help)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -90,7 +91,7 @@ BENCH=${BENCH:-./target/release/batch-inbox-bench}
 [ -x "$PG_BIN/initdb" ] || fail "no PostgreSQL at $PG_BIN (Debian's postgresql-15)"
 kind=dump
 [ "$pitr" = 1 ] && kind=pitr
-name="restore-$(date -u +%Y%m%dT%H%M%SZ)-$kind-seed$seed"
+name="restore-$(date -u +%Y%m%dT%H%M%SZ)-$kind-n$messages-seed$seed"
 
 port=$(free_port)
 archive="$work/archive"
@@ -107,7 +108,9 @@ if [ "$pitr" = 1 ]; then
   echo "archive_command = 'test ! -f $archive/%f && cp %p $archive/%f'" >>"$pg/data/postgresql.conf"
   RUN_DB=postgres pg_at "$port" "SELECT pg_reload_conf()" >/dev/null
 fi
-RUN_DB=restore RUN_GROUP="restore-$seed" topic="restore-$seed"
+# Topic and group of this run only (KAFKA_BROKERS may name a broker that earlier runs used).
+stamp="$(date +%s)-$$"
+RUN_DB=restore RUN_GROUP="restore-$seed-$stamp" topic="restore-$seed-$stamp"
 psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "CREATE DATABASE $RUN_DB" >/dev/null
 export DATABASE_URL="postgres://postgres@127.0.0.1:$port/$RUN_DB"
 "$BIN" migrate --handler ledger >/dev/null || fail "migrate"
