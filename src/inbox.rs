@@ -28,7 +28,7 @@ use crate::handler::Handler;
 use crate::message::{
     decode_batch_with, reject_outside_window, Decoded, Decoding, IdRules, RawMessage,
 };
-use crate::offset_table::OffsetTarget;
+use crate::offset_table::{OffsetTarget, Written};
 pub use crate::outcome::{StageTimings, TxOutcome};
 pub use crate::reason::ReasonCounts;
 use crate::unsafe_controls::UnsafeControls;
@@ -145,18 +145,20 @@ impl<H: Handler> Inbox<H> {
         self.offsets_group.as_deref()
     }
 
-    fn target<P>(
-        &self,
+    fn target<'a, P>(
+        &'a self,
         topic: &str,
         partition: i32,
         batch: &Decoded<P>,
-    ) -> Option<OffsetTarget<'_>> {
+        written: &'a Written,
+    ) -> Option<OffsetTarget<'a>> {
         let group = self.offsets_group.as_deref()?;
         let last = last_offset(batch)?;
         Some(OffsetTarget {
             group,
             next_offset: last.checked_add(1)?,
             expected: self.position(topic, partition),
+            written,
         })
     }
 
@@ -183,10 +185,10 @@ impl<H: Handler> Inbox<H> {
         };
     }
 
-    /// After a commit that wrote `target`: the partition's position is now its next offset.
-    fn committed_position(&self, topic: &str, partition: i32, target: Option<OffsetTarget<'_>>) {
-        if let Some(t) = target {
-            self.hold_position(topic, partition, Some(t.next_offset));
+    /// After a commit: the partition's position is now the one its offset write left, if any.
+    fn committed_position(&self, topic: &str, partition: i32, written: &Written) {
+        if let Some(next) = written.get() {
+            self.hold_position(topic, partition, Some(next));
         }
     }
 
@@ -202,10 +204,12 @@ impl<H: Handler> Inbox<H> {
         let Some(group) = self.offsets_group.as_deref() else {
             return Ok(());
         };
+        let written = Written::default();
         let target = OffsetTarget {
             group,
             next_offset,
             expected: self.position(topic, partition),
+            written: &written,
         };
         let mut client = self.pool.get().await?;
         let result = self
@@ -218,7 +222,7 @@ impl<H: Handler> Inbox<H> {
             .await;
         discard_if_broken(client, &result);
         if result.is_ok() {
-            self.committed_position(topic, partition, Some(target));
+            self.committed_position(topic, partition, &written);
         }
         result
     }
@@ -328,7 +332,9 @@ impl<H: Handler> Inbox<H> {
         rows: RowForm<'_>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
-        let (handler, target) = (self.handler.as_ref(), self.target(topic, partition, batch));
+        let written = Written::default();
+        let target = self.target(topic, partition, batch, &written);
+        let handler = self.handler.as_ref();
         let at = (topic, partition);
         let result = self
             .bounded(async {
@@ -343,7 +349,7 @@ impl<H: Handler> Inbox<H> {
             .await;
         discard_if_broken(client, &result);
         if result.is_ok() {
-            self.committed_position(topic, partition, target);
+            self.committed_position(topic, partition, &written);
         }
         result
     }
@@ -357,7 +363,9 @@ impl<H: Handler> Inbox<H> {
         rows: RowForm<'_>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
-        let (handler, target) = (self.handler.as_ref(), self.target(topic, partition, record));
+        let written = Written::default();
+        let target = self.target(topic, partition, record, &written);
+        let handler = self.handler.as_ref();
         let at = (topic, partition);
         let result = self
             .bounded(async {
@@ -372,7 +380,7 @@ impl<H: Handler> Inbox<H> {
             .await;
         discard_if_broken(client, &result);
         if result.is_ok() {
-            self.committed_position(topic, partition, target);
+            self.committed_position(topic, partition, &written);
         }
         result
     }
@@ -387,13 +395,14 @@ impl<H: Handler> Inbox<H> {
         rows: RowForm<'_>,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
-        let target = self.target(topic, partition, part);
+        let written = Written::default();
+        let target = self.target(topic, partition, part, &written);
         let result =
             poison::dead_letter_poison(&mut client, (topic, partition), part, error, target, rows)
                 .await;
         discard_if_broken(client, &result);
         if result.is_ok() {
-            self.committed_position(topic, partition, target);
+            self.committed_position(topic, partition, &written);
         }
         result
     }

@@ -14,6 +14,21 @@ use crate::db::Transaction;
 use crate::error::InboxError;
 use crate::sql::{READ_OFFSETS as READ, READ_TOPIC_OFFSETS as READ_TOPIC, UPSERT_OFFSET as UPSERT};
 
+/// The position a transaction's offset write left in the database, once it wrote.
+#[derive(Debug, Default)]
+pub(crate) struct Written(std::sync::Mutex<Option<i64>>);
+
+impl Written {
+    fn set(&self, next_offset: i64) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(next_offset);
+    }
+
+    /// The position stored by the write (`None`: nothing written).
+    pub(crate) fn get(&self) -> Option<i64> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Where a transaction records its partition's next offset.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct OffsetTarget<'a> {
@@ -22,22 +37,25 @@ pub(crate) struct OffsetTarget<'a> {
     /// The offset after the transaction's last record.
     pub next_offset: i64,
     /// The position this member last committed for the partition (or started from): the row
-    /// must hold it. `None`: no row known, the row may only be created or moved forward.
+    /// must hold it. `None`: no row known, the row may be created or moved forward.
     pub expected: Option<i64>,
+    /// Where the write records the position it left (read after the COMMIT).
+    pub written: &'a Written,
 }
 
-/// Whether the compare-and-set wrote: `inserted` is the `inserted` column of the upsert's row
-/// (`None`: no row, nothing written).
-pub(crate) fn check_written(
-    target: &OffsetTarget<'_>,
-    inserted: Option<bool>,
-) -> Result<(), InboxError> {
-    match inserted {
-        Some(false) => Ok(()),
-        Some(true) if target.expected.is_none() => Ok(()),
-        _ => Err(InboxError::PositionMoved {
-            expected: target.expected,
-        }),
+impl OffsetTarget<'_> {
+    /// Records the position the write left (`None`: it wrote nothing), or fails with
+    /// [`InboxError::PositionMoved`].
+    pub(crate) fn check(&self, stored: Option<i64>) -> Result<(), InboxError> {
+        match stored {
+            Some(next) => {
+                self.written.set(next);
+                Ok(())
+            }
+            None => Err(InboxError::PositionMoved {
+                expected: self.expected,
+            }),
+        }
     }
 }
 
@@ -58,7 +76,11 @@ pub(crate) async fn store(
         &target.expected,
     ];
     let row = tx.query_opt(&stmt, &params).await?;
-    check_written(&target, row.map(|r| r.get(0)))
+    let stored = row.and_then(|r| {
+        let inserted: bool = r.get(0);
+        (!inserted || target.expected.is_none()).then(|| r.get(1))
+    });
+    target.check(stored)
 }
 
 /// The stored next offsets of `partitions` of `topic` for `group`.

@@ -226,7 +226,9 @@ fn replaced_topics(
         }
     }
     if record && !to_record.is_empty() {
-        block_on_pool(async {
+        // Best effort: a database that refuses the write (read-only, a grant) leaves the id to be
+        // recorded at a later assignment; the comparison above is what keeps records safe.
+        let recorded = block_on_pool(async {
             let client = pool.get().await.map_err(|e| one_line_error(&e))?;
             for (topic, id) in &to_record {
                 client
@@ -235,7 +237,10 @@ fn replaced_topics(
                     .map_err(|e| format!("cannot record the topic id: {}", one_line_error(&e)))?;
             }
             Ok::<_, String>(())
-        })?;
+        });
+        if let Err(e) = recorded {
+            tracing::warn!("{e}");
+        }
     }
     Ok(failures)
 }

@@ -4,12 +4,13 @@
 //! built per table and day in `retention`.)
 
 /// The compare-and-set upsert of one partition's next offset, with its five parameters named
-/// by the caller (so that it can be a data-modifying CTE of another statement). The row moves
-/// only from the position the writer last committed (`$expected`); with no expected position
-/// (the first write of an assignment that found no row), only forward. It returns one row,
-/// `inserted`, when it wrote: no row means the database holds another position than the
-/// writer's (the database went back, or another member moved it), and an inserted row where
-/// one was expected means the row was lost. Either way the caller rolls back.
+/// by the caller (so that it can be a data-modifying CTE of another statement). The row is
+/// written only where it holds the position the writer last committed (`$expected`; NULL: the
+/// writer knows none, as when its assignment found no row), and never moves back (a replayed
+/// batch leaves it). It returns one row, `inserted` and the position now stored, when it wrote:
+/// no row means the database holds another position than the writer's (the database went back,
+/// or another member moved it), and an inserted row where one was expected means the row was
+/// lost. Either way the caller rolls back.
 macro_rules! upsert_offset {
     ($group:literal, $topic:literal, $partition:literal, $next:literal, $expected:literal) => {
         concat!(
@@ -17,16 +18,17 @@ macro_rules! upsert_offset {
             "VALUES (",
             $group, ", ", $topic, ", ", $partition, ", ", $next,
             ", now()) ON CONFLICT (group_id, topic, partition) DO UPDATE ",
-            "SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at ",
-            "WHERE c.next_offset = ", $expected, "::bigint OR (", $expected,
-            "::bigint IS NULL AND c.next_offset < EXCLUDED.next_offset) ",
-            "RETURNING (xmax = 0) AS inserted"
+            "SET next_offset = GREATEST(c.next_offset, EXCLUDED.next_offset), ",
+            "updated_at = EXCLUDED.updated_at ",
+            "WHERE c.next_offset = ", $expected, "::bigint OR ", $expected, "::bigint IS NULL ",
+            "RETURNING (xmax = 0) AS inserted, next_offset"
         )
     };
 }
 
 /// The compare-and-set upsert of one partition's next offset (`$5`: the position the writer
-/// last committed, NULL when it knows none); one row, `inserted`, when it wrote.
+/// last committed, NULL when it knows none); one row, `inserted` and the position stored, when
+/// it wrote.
 pub const UPSERT_OFFSET: &str = upsert_offset!("$1", "$2", "$3", "$4", "$5");
 
 /// The stored next offsets of some partitions of a topic for a group.
@@ -84,8 +86,9 @@ pub const INSERT_IDS: &str = insert_ids!();
 pub const INSERT_ONE_ID: &str = insert_one_id!();
 // The same statements, also upserting the partition's next offset ($5 group, $6 next offset,
 // $7 the position this member last committed) in a data-modifying CTE: offsets in the database
-// cost no extra round trip. A NULL row after the new ids says the compare-and-set wrote nothing
-// (the database holds another position): the caller rolls the transaction back.
+// cost no extra round trip. After the new ids (`stored` NULL) comes one row whose `message_id`
+// is NULL and whose `stored` is the position now stored, NULL when the compare-and-set wrote
+// nothing (the database holds another position): the caller then rolls the transaction back.
 macro_rules! with_offset {
     ($insert:expr) => {
         concat!(
@@ -93,8 +96,8 @@ macro_rules! with_offset {
             upsert_offset!("$5", "$2", "$3", "$6", "$7"),
             "), ids AS (",
             $insert,
-            ") SELECT message_id FROM ids UNION ALL SELECT NULL::uuid WHERE NOT EXISTS ",
-            "(SELECT 1 FROM stored WHERE NOT (inserted AND $7::bigint IS NOT NULL))"
+            ") SELECT message_id, NULL::bigint AS stored FROM ids UNION ALL SELECT NULL::uuid, ",
+            "(SELECT next_offset FROM stored WHERE NOT (inserted AND $7::bigint IS NOT NULL))"
         )
     };
 }

@@ -182,24 +182,25 @@ pub(super) async fn insert_ids<P>(
     ids_written(&rows, target)
 }
 
-/// The new ids of a dedup statement's rows; with a `target`, a NULL row says that the offset's
-/// compare-and-set wrote nothing ([`crate::sql::INSERT_IDS_AND_OFFSET`]).
+/// The new ids of a dedup statement's rows; with a `target`, the last row holds the position the
+/// offset's compare-and-set stored, NULL when it wrote nothing
+/// ([`crate::sql::INSERT_IDS_AND_OFFSET`]).
 fn ids_written(
     rows: &[tokio_postgres::Row],
     target: Option<OffsetTarget<'_>>,
 ) -> Result<HashSet<Uuid>, InboxError> {
     let mut ids = HashSet::with_capacity(rows.len());
+    let mut stored = None;
     for row in rows {
         match row.get::<_, Option<Uuid>>(0) {
             Some(id) => {
                 ids.insert(id);
             }
-            None => {
-                return Err(InboxError::PositionMoved {
-                    expected: target.and_then(|t| t.expected),
-                })
-            }
+            None => stored = Some(row.get::<_, Option<i64>>(1)),
         }
+    }
+    if let Some(t) = target {
+        t.check(stored.flatten())?;
     }
     Ok(ids)
 }

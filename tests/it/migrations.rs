@@ -86,7 +86,8 @@ pub(crate) async fn binary(args: &[&str], env: &[(&str, &str)]) -> Finished {
         .await
 }
 
-const CORE_TABLES: [&str; 5] = [
+const CORE_TABLES: [&str; 6] = [
+    "consumer_offset_changes",
     "consumer_offsets",
     "consumer_topics",
     "dead_letters",
@@ -103,7 +104,10 @@ async fn migrate_handler_sql_creates_the_core_tables_and_no_balances() {
     )
     .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert_eq!(out.stdout, "core migrations applied: [1, 2, 3, 4, 5, 6, 7, 8]");
+    assert_eq!(
+        out.stdout,
+        "core migrations applied: [1, 2, 3, 4, 5, 6, 7, 8]"
+    );
     assert_eq!(tables(&pool).await, CORE_TABLES);
     assert_eq!(versions(&recorded(&pool).await), latest(&[db::CORE]));
     db::check_schema(&pool).await.unwrap();

@@ -83,7 +83,7 @@ const CORE_BEHIND: &str = "error: database schema: the core's tables are at vers
 async fn a_database_without_tables_says_to_run_migrate_first() {
     let (url, _pool) = empty_db("startup_no_schema").await;
     let ledger = "error: database schema: the core's tables are at version 0, this binary needs \
-                  7: run `batch-inbox migrate --handler ledger`";
+                  8: run `batch-inbox migrate --handler ledger`";
     let sql = "error: database schema: the core's tables are at version 0, this binary needs 8: \
                run `batch-inbox migrate --handler sql`";
     let cases: [(&[&str], &str); 6] = [

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 
 use crate::common::broker::Broker;
 use crate::common::child::Running;
@@ -159,8 +158,8 @@ async fn a_topic_recreated_while_running_stops_the_processor_with_both_ids_and_n
 
     // The reset the line gives, then the new topic whole.
     let reset = last
-        .split_once("remove the old offsets (")
-        .and_then(|(_, rest)| rest.split_once("), reset the group's offsets in Kafka"))
+        .split_once("keyed by the old topic's positions (")
+        .and_then(|(_, rest)| rest.split_once("), set the group's positions of the new topic"))
         .map(|(sql, _)| sql.to_owned())
         .expect("the reset SQL");
     pool.get()
@@ -169,18 +168,30 @@ async fn a_topic_recreated_while_running_stops_the_processor_with_both_ids_and_n
         .batch_execute(&reset)
         .await
         .unwrap();
-    // And the group's offset in Kafka, which still holds the old log's 5 (the line says so too).
-    let kafka_reset: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &broker.addr)
-        .set("group.id", Broker::group(&topic, "g"))
-        .create()
-        .unwrap();
-    let mut start = TopicPartitionList::new();
-    start
-        .add_partition_offset(&topic, 0, Offset::Offset(0))
-        .unwrap();
-    kafka_reset.commit(&start, CommitMode::Sync).unwrap();
-    drop(kafka_reset);
+    // And the group's positions of the new topic, in the database (the line says so too):
+    // Kafka's committed offset still holds the old log's 5, and is not where a start comes from.
+    let group = Broker::group(&topic, "g");
+    let set = Running::spawn(
+        &[
+            "positions",
+            "set",
+            "--database-url",
+            &url,
+            "--brokers",
+            &broker.addr,
+            "--topic",
+            &topic,
+            "--group",
+            &group,
+            "--to-earliest",
+            "--reason",
+            "topic re-created",
+        ],
+        &[],
+    )
+    .wait(Duration::from_secs(60))
+    .await;
+    assert_eq!(set.code, Some(0), "{}", set.stderr);
     let done = spawn(&url, &broker, &topic, &["--exit-on-eof"])
         .wait(Duration::from_secs(120))
         .await;
