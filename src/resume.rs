@@ -396,14 +396,19 @@ enum Start {
     Ahead(i64),
     /// Behind Kafka's committed offset by this many records: the database lost commits.
     Behind(i64),
-    /// At the partition's beginning: no row for it in the database, which knows its topic.
+    /// At the partition's beginning: no row for it in the database, which knows its topic,
+    /// while Kafka has a committed offset for it (the database lost the partition's commits).
     Beginning,
+    /// At the partition's beginning: neither the database nor Kafka has a position for it (a
+    /// partition added to the topic).
+    New,
 }
 
 impl Start {
     fn decide(db_next: Option<i64>, kafka_next: Option<i64>) -> Self {
         match (db_next, kafka_next) {
-            (None, _) => Start::Beginning,
+            (None, Some(_)) => Start::Beginning,
+            (None, None) => Start::New,
             (Some(d), Some(k)) if d < k => Start::Behind(k - d),
             (Some(d), Some(k)) if d == k => Start::Same,
             (Some(d), k) => Start::Ahead(d - k.unwrap_or(0).max(0)),
@@ -420,6 +425,11 @@ impl Start {
     ) {
         match self {
             Start::Same => {}
+            Start::New => tracing::info!(
+                topic,
+                partition,
+                "a partition without a position anywhere: starting at its beginning"
+            ),
             Start::Ahead(skipped) => {
                 stats
                     .replays_avoided
@@ -523,6 +533,6 @@ mod tests {
         assert_eq!(Start::decide(Some(15), None), Start::Ahead(15));
         assert_eq!(Start::decide(Some(4), Some(10)), Start::Behind(6));
         assert_eq!(Start::decide(None, Some(10)), Start::Beginning);
-        assert_eq!(Start::decide(None, None), Start::Beginning);
+        assert_eq!(Start::decide(None, None), Start::New);
     }
 }

@@ -115,12 +115,22 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             (Some(e), None) => e.max(0),
             (None, _) => 0,
         };
-        self.stats.record_rewind(behind as u64);
-        tracing::warn!(
-            topic = %topic, partition,
-            database = stored, member = expected, behind,
-            "{moved}: reading again from the database's position; the inbox skips what it holds"
-        );
+        if behind > 0 || stored.is_none() {
+            self.stats.record_rewind(behind as u64);
+            tracing::warn!(
+                topic = %topic, partition,
+                database = stored, member = expected, behind,
+                "{moved}: reading again from the database's position; the inbox skips what it holds"
+            );
+        } else {
+            // Ahead: a commit whose answer was lost (it committed), or another member applied
+            // the partition meanwhile. Nothing is lost; the records up to there are skipped.
+            tracing::info!(
+                topic = %topic, partition, database = stored, member = expected,
+                "the database holds a position ahead of this member's (a commit whose answer was \
+                 lost, or another member's): going on from it"
+            );
+        }
         self.batcher.clear();
         self.pending = None;
         self.sequence = super::Sequence::default();
