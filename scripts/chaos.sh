@@ -25,7 +25,7 @@ source scripts/lib.sh
 
 # What the control run turns on (override with UNSAFE_FLAGS="..."): offsets stored before the
 # database commit (loses messages), and no inbox (applies redeliveries twice).
-read -ra UNSAFE_FLAGS <<<"${UNSAFE_FLAGS:---unsafe-offsets-before-commit --unsafe-no-inbox}"
+read -ra UNSAFE_FLAGS <<<"${UNSAFE_FLAGS:---unsafe-offsets-before-commit --unsafe-no-inbox --offsets-in-db=false}"
 
 unsafe=0 brokers="${KAFKA_BROKERS:-}" args=() kafka_nodes=1 broker_faults=0
 while [ $# -gt 0 ]; do
