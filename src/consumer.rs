@@ -12,7 +12,6 @@
 //! refused ([`refused`]).
 
 mod input;
-pub(crate) mod outage;
 mod probe;
 pub(crate) mod refused;
 mod revoke;
@@ -46,6 +45,7 @@ use crate::drain::DrainWatch;
 use crate::error::{KafkaClientError, RunError};
 use crate::failpoint::failpoint;
 use crate::stats::Stats;
+use crate::telemetry::outage;
 use crate::worker::OffsetSink;
 
 pub(crate) mod headers;

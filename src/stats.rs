@@ -56,7 +56,7 @@ pub struct Stats {
     /// Prometheus metrics and live gauges (lag, in-flight batches, assigned partitions).
     pub(crate) telemetry: crate::telemetry::Telemetry,
     /// Kafka unreachable: its connection errors, said in a few lines.
-    pub(crate) kafka_outage: crate::consumer::outage::OutageLog,
+    pub(crate) kafka_outage: crate::telemetry::outage::OutageLog,
 }
 
 /// A copy of [`Stats`] at one instant.

@@ -8,6 +8,7 @@
 //! of a batch's records goes into its histogram under one lock.
 
 pub(crate) mod histogram;
+pub(crate) mod outage;
 mod registry;
 pub(crate) mod stall;
 

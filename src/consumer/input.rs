@@ -11,10 +11,10 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::Message as _;
 
-use super::outage::is_connection_error;
 use super::{headers, GroupContext};
 use crate::message::RawMessage;
 use crate::stats::Stats;
+use crate::telemetry::outage::is_connection_error;
 use crate::worker::Input;
 
 /// Copies a borrowed record into the pipeline's owned type. Never panics, whatever its bytes:
