@@ -421,3 +421,41 @@ async fn records_deleted_before_the_database_position_stall_the_partition_until_
     assert_eq!((after.new, after.duplicates), (0, 5), "{after:?}");
     assert_eq!(db_offsets(&pool, &group, 1).await, vec![10]);
 }
+
+/// librdkafka's mock cluster (the demo's broker) names no controller of its own, so it cannot
+/// describe topics: that is told from its metadata at once. Before, the topic-id check waited for
+/// two 10 s DescribeTopics timeouts (at start and in the rebalance callback) and said each in a
+/// WARN line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_cannot_describe_topics_costs_no_timeout_and_no_warning() {
+    let (url, pool) = fresh_db("positions_no_describe").await;
+    let kafka = Kafka::new("positions-no-describe", 1);
+    send(&kafka, 0, 1, 0, 5).await;
+    let run = child::Running::spawn(
+        &[
+            "run",
+            "--database-url",
+            &url,
+            "--brokers",
+            &kafka.brokers,
+            "--topic",
+            &kafka.topic,
+            "--group",
+            "g",
+            "--exit-on-eof",
+            "--log-interval",
+            "0",
+        ],
+        &[("RUST_LOG", "warn")],
+    )
+    .wait(std::time::Duration::from_secs(60))
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("topics' ids") && !run.stderr.contains("DescribeTopics"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(balance(&pool, 1).await, 50);
+    assert_eq!(db_offsets(&pool, "g", 1).await, vec![5]);
+}
