@@ -22,6 +22,7 @@
 //! that no release recorded stops it, with nothing changed.
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Hook, HookError, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -110,6 +111,18 @@ pub struct ConnectOptions {
     pub statement_timeout: Option<Duration>,
 }
 
+/// Connections this process's pools opened, counted as each is made. Pools reuse their
+/// connections ([`RecyclingMethod::Fast`]), so after the first ones a change means a pool
+/// reconnected: the server restarted, or a failover moved the session to another server, which
+/// may hold an older state than the one this process wrote to. Partition workers compare their
+/// positions with the database's when it changes (`worker::positions`).
+static CONNECTIONS_OPENED: AtomicU64 = AtomicU64::new(0);
+
+/// How many connections this process's pools have opened so far ([`CONNECTIONS_OPENED`]).
+pub(crate) fn connections_opened() -> u64 {
+    CONNECTIONS_OPENED.load(Ordering::Acquire)
+}
+
 /// How long a connection attempt may take (unless the URL says `connect_timeout`).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Idle time before the first TCP keepalive probe, the time between probes, and how many
@@ -152,16 +165,28 @@ pub async fn connect_with(
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(Duration::from_secs(30)))
         .create_timeout(Some(Duration::from_secs(10)));
-    if let Some(timeout) = options.statement_timeout.filter(|t| !t.is_zero()) {
-        let set = format!(
-            "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}",
-            ms = timeout.as_millis()
-        );
-        builder = builder.post_create(Hook::async_fn(move |client, _| {
-            let set = set.clone();
-            Box::pin(async move { client.batch_execute(&set).await.map_err(HookError::Backend) })
-        }));
-    }
+    let set = options
+        .statement_timeout
+        .filter(|t| !t.is_zero())
+        .map(|timeout| {
+            format!(
+                "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}",
+                ms = timeout.as_millis()
+            )
+        });
+    builder = builder.post_create(Hook::async_fn(move |client, _| {
+        let set = set.clone();
+        Box::pin(async move {
+            if let Some(set) = set {
+                client
+                    .batch_execute(&set)
+                    .await
+                    .map_err(HookError::Backend)?;
+            }
+            CONNECTIONS_OPENED.fetch_add(1, Ordering::AcqRel);
+            Ok(())
+        })
+    }));
     let pool = builder.build().map_err(|e| DbError::Build(e.to_string()))?;
     match pool.get().await {
         Ok(client) => drop(client),

@@ -147,13 +147,16 @@ pub struct PartitionWorker<H: Handler, S: OffsetSink> {
     pending: Option<Option<Input>>,
     /// Set when the partition was moved to the database's position since it was last read.
     rewound: bool,
+    /// When the position was last compared with the database's (an idle partition).
+    checked: positions::Checked,
 }
 
 enum Step {
     Input(Option<Input>),
     Linger,
     Stop,
-    /// Time to compare the database's position with this member's (an idle partition).
+    /// Time to look whether the database's position should be compared with this member's
+    /// (an idle partition).
     Check,
 }
 
@@ -185,6 +188,7 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
             breaker: Breaker::new(settings.max_poison_rate, settings.poison_share),
             pending: None,
             rewound: false,
+            checked: positions::Checked::now(),
         }
     }
 

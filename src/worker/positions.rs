@@ -7,7 +7,9 @@
 //! by the next write, whatever the batch holds; the batch rolls back, the partition moves to the
 //! database's position (one WARN line, counted), and the records from there are read again, the
 //! inbox skipping what the database still holds. An idle partition, which writes nothing, compares
-//! the database's position with its own every [`CHECK_EVERY`]. At the end of a partition, the
+//! the database's position with its own every [`CHECK_EVERY`], and within [`RECONNECT_POLL`]
+//! of the process opening a new connection to the database (a restart, a failover: the moment
+//! the database may have gone back). At the end of a partition, the
 //! position stored (in the database and for Kafka) is the source's, past a transaction's control
 //! records, so a transactional topic drains.
 
@@ -24,11 +26,41 @@ use crate::handler::Handler;
 /// How often a worker compares the database's position of its partition with its own.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(5);
 
-/// The timer of [`PartitionWorker::check_position`]; its first tick is one period away.
+/// How often a worker looks whether the process opened a new connection to the database
+/// (an atomic load; the database is read only when it did).
+pub(crate) const RECONNECT_POLL: Duration = Duration::from_secs(1);
+
+/// The timer of [`PartitionWorker::check_position`]; its first tick is one poll away.
 pub(super) fn check_interval() -> Interval {
-    let mut every = tokio::time::interval_at(Instant::now() + CHECK_EVERY, CHECK_EVERY);
+    let mut every = tokio::time::interval_at(Instant::now() + RECONNECT_POLL, RECONNECT_POLL);
     every.set_missed_tick_behavior(MissedTickBehavior::Delay);
     every
+}
+
+/// When an idle partition's position is compared with the database's: since the last
+/// comparison, the process opened a connection (`opened` differs from `seen`: it reconnected),
+/// or [`CHECK_EVERY`] passed.
+pub(super) fn check_due(opened: u64, seen: u64, since_last: Duration) -> bool {
+    opened != seen || since_last >= CHECK_EVERY
+}
+
+/// When a worker last compared its position with the database's.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Checked {
+    /// The instant.
+    pub(super) at: Instant,
+    /// [`crate::db::connections_opened`] then.
+    pub(super) connections: u64,
+}
+
+impl Checked {
+    /// Now: a worker starts at the position it just read.
+    pub(super) fn now() -> Self {
+        Self {
+            at: Instant::now(),
+            connections: crate::db::connections_opened(),
+        }
+    }
 }
 
 impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
@@ -48,12 +80,20 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         }
     }
 
-    /// Compares the database's position with this member's; moves to the database's when they
-    /// differ. A failed read is retried at the next tick.
+    /// When due ([`check_due`]), compares the database's position with this member's; moves to
+    /// the database's when they differ. A failed read is retried at the next check.
     pub(super) async fn check_position(
         &mut self,
         stop: &CancellationToken,
     ) -> Result<(), RunError> {
+        let opened = crate::db::connections_opened();
+        if !check_due(opened, self.checked.connections, self.checked.at.elapsed()) {
+            return Ok(());
+        }
+        self.checked = Checked {
+            at: Instant::now(),
+            connections: opened,
+        };
         let (topic, partition) = (&*self.topic, self.partition);
         let Some(held) = self.inbox.position(topic, partition) else {
             return Ok(());
@@ -184,5 +224,19 @@ impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
         }
         self.store_offset(Some(position - 1));
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_partition_is_checked_after_a_reconnection_or_a_period() {
+        assert!(!check_due(4, 4, Duration::ZERO));
+        assert!(!check_due(4, 4, CHECK_EVERY - Duration::from_millis(1)));
+        assert!(check_due(4, 4, CHECK_EVERY));
+        // A connection opened since the last check: at once.
+        assert!(check_due(5, 4, Duration::ZERO));
     }
 }
