@@ -459,3 +459,82 @@ async fn a_cluster_that_cannot_describe_topics_costs_no_timeout_and_no_warning()
     assert_eq!(balance(&pool, 1).await, 50);
     assert_eq!(db_offsets(&pool, "g", 1).await, vec![5]);
 }
+
+/// The topic-id check fails closed: when the database's record of the topics' ids cannot be
+/// read (here the processor's role may not read `consumer_topics`), the stored positions may
+/// belong to a deleted topic of the same name, so nothing is consumed: the check is retried,
+/// then the processor stops with `PositionsUnread`, having applied and committed nothing. Needs
+/// a broker that describes topics (Apache Kafka; librdkafka's mock cluster does not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_ids_that_cannot_be_read_consume_nothing() {
+    use crate::common::broker::Broker;
+    use std::time::Duration;
+
+    let broker = Broker::start();
+    let topic = broker.topic("positions-ids-unread");
+    batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 1)
+        .await
+        .unwrap();
+    let producer = batch_inbox_tools::produce::producer(&broker.addr, &[]).unwrap();
+    let entries = |from: u32, to: u32| -> Vec<batch_inbox_tools::generate::Record> {
+        (from..to)
+            .map(|n| batch_inbox_tools::generate::Record {
+                key: "1".to_owned(),
+                value: Some(br#"{"account_id":1,"amount":10}"#.to_vec()),
+                id: Some(uuid(n)),
+            })
+            .collect()
+    };
+    batch_inbox_tools::produce::send_all(&producer, &topic, entries(0, 5))
+        .await
+        .unwrap();
+    let (url, pool) = fresh_db("positions_ids_unread").await;
+    let group = Broker::group(&topic, "g");
+    let settings = || {
+        let mut kafka = batch_inbox::KafkaSettings::new(&broker.addr, &topic, &group);
+        kafka.partition_eof = true;
+        kafka
+    };
+    drain(config(settings(), Mode::Batched, 4), &pool).await;
+    batch_inbox_tools::produce::send_all(&producer, &topic, entries(5, 10))
+        .await
+        .unwrap();
+    let role = "bi_positions_ids";
+    let c = pool.get().await.unwrap();
+    c.batch_execute(&format!(
+        "DO $$ BEGIN CREATE ROLE {role} LOGIN; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$;
+         GRANT ALL ON ALL TABLES IN SCHEMA public TO {role};
+         GRANT ALL ON SCHEMA public TO {role};
+         REVOKE SELECT ON consumer_topics FROM {role}"
+    ))
+    .await
+    .unwrap();
+    let role_url = url.replacen("postgres@", &format!("{role}@"), 1);
+    let role_pool = batch_inbox::db::connect(&role_url, 4).await.unwrap();
+    init_tracing();
+    let run = batch_inbox::run(
+        config(settings(), Mode::Batched, 4),
+        role_pool,
+        std::sync::Arc::new(batch_inbox::ledger::Ledger),
+        std::future::pending(),
+    );
+    let result = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the processor stops within 120 s");
+
+    match result {
+        Err(batch_inbox::RunError::PositionsUnread { detail }) => {
+            assert!(detail.contains("topics' ids"), "{detail}")
+        }
+        other => panic!("expected PositionsUnread, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(
+        inbox_rows(&pool).await,
+        5,
+        "nothing applied after the first drain"
+    );
+    assert_eq!(balance(&pool, 1).await, 50);
+    assert_eq!(db_offsets(&pool, &group, 1).await, vec![5]);
+    let reader = OffsetReader::new(&broker.addr, &group, &topic, 1);
+    assert_eq!(reader.committed(), Some(vec![5]));
+}
