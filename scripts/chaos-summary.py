@@ -24,6 +24,8 @@ def row(path):
         "pause": f.get("pause", 0),
         "restart_db": f.get("restart_db", 0),
         "restart_broker": f.get("restart_broker", 0),
+        "failover": f.get("failover", 0),
+        "rewound": p.get("positions_rewound", 0),
         "isr_shrinks": isr.get("isr_shrinks", 0),
         "isr_rejoins": isr.get("isr_expansions", 0),
         "under_replicated_end": isr.get("under_replicated_partitions_at_end", 0),
@@ -47,7 +49,7 @@ def main():
         key=lambda r: (r["duration_s"], r["seed"], r["file"]),
     )
     cols = ["seed", "duration_s", "verdict", "records", "kill", "pause", "restart_db",
-            "restart_broker", "isr_shrinks", "isr_rejoins", "under_replicated_end", "join", "leave", "moves", "retries", "replayed", "avoided", "gaps", "regressions", "drained_s"]
+            "restart_broker", "failover", "rewound", "isr_shrinks", "isr_rejoins", "under_replicated_end", "join", "leave", "moves", "retries", "replayed", "avoided", "gaps", "regressions", "drained_s"]
     print(f"# Chaos runs ({len(runs)})\n")
     setups = sorted({(r["broker"], r["protocol"]) for r in runs})
     for broker, protocol in setups:
@@ -64,13 +66,17 @@ def main():
           + " | ".join(str(total[c]) for c in cols[3:] if c != "drained_s") + " | |")
     print("\nColumns: faults injected (kill = SIGKILL, pause = SIGSTOP past the session timeout, "
           "restart_db = PostgreSQL stopped -m immediate, restart_broker = a Kafka node SIGKILLed and "
-          "started again on its own log, isr_shrinks = a leader's ISR changes to fewer than all "
+          "started again on its own log, failover = the replication to an asynchronous replica cut, "
+          "the primary SIGKILLed seconds later and the replica promoted, rewound = partitions the "
+          "processors read again from the database's position after it went back (WARN lines), "
+          "isr_shrinks = a leader's ISR changes to fewer than all "
           "nodes in the brokers' logs (a replica that fell behind; the controller's removal of a "
           "fenced, killed node is not logged there), isr_rejoins = ISR changes back to all nodes "
           "(a replica caught up again, after either), under_replicated_end = partitions under-replicated after the run, join/leave = members added/removed), "
           "partition moves, transient retries, records replayed to a processor and replays avoided "
           "by the offsets in the database (lower bounds), offset gaps seen by the workers, "
-          "committed-offset regressions seen by the watcher, seconds until the group drained.")
+          "committed-offset regressions seen by the watcher (after a failover: back to the promoted "
+          "database's position, never below it), seconds until the group drained.")
 
 
 main()

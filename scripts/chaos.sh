@@ -9,6 +9,12 @@
 #   scripts/chaos.sh [--duration SECONDS] [--seed N] [--processors N] [--brokers HOST:PORT]
 #   scripts/chaos.sh --kafka-nodes 3 ...  a 3-node cluster (replication 3, min ISR 2)
 #   scripts/chaos.sh --broker-faults ...  the nemesis also kills and restarts broker nodes
+#   scripts/chaos.sh --db-failover ...  PostgreSQL is a primary and an asynchronous streaming
+#                                   replica (the processors hold both in one multi-host URL);
+#                                   the nemesis also fails over to a replica that lags behind:
+#                                   replication cut, the primary runs ahead for FAILOVER_LAG
+#                                   seconds (default 2), dies (SIGKILL), the replica is promoted
+#                                   and a new replica is made of it
 #   scripts/chaos.sh --unsafe ...   the control: processors in an unsafe configuration; the
 #                                   checker must FAIL (exit 1)
 #
@@ -22,17 +28,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
+source scripts/recovery-lib.sh
 
 # What the control run turns on (override with UNSAFE_FLAGS="..."): offsets stored before the
 # database commit (loses messages), and no inbox (applies redeliveries twice).
 read -ra UNSAFE_FLAGS <<<"${UNSAFE_FLAGS:---unsafe-offsets-before-commit --unsafe-no-inbox --offsets-in-db=false}"
 
-unsafe=0 brokers="${KAFKA_BROKERS:-}" args=() kafka_nodes=1 broker_faults=0
+unsafe=0 brokers="${KAFKA_BROKERS:-}" args=() kafka_nodes=1 broker_faults=0 db_failover=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --unsafe) unsafe=1 ;;
     --kafka-nodes) kafka_nodes=$2; shift ;;
     --broker-faults) broker_faults=1 ;;
+    --db-failover) db_failover=1 ;;
     --brokers) brokers=$2; shift ;;
     --brokers=*) brokers=${1#--brokers=} ;;
     *) args+=("$1") ;;
@@ -56,9 +64,10 @@ cleanup() {
     return
   fi
   private_postgres_remove "$pg"
+  private_postgres_remove "$work/pg2"
   if [ "$status" = 1 ] && [ "$unsafe" = 0 ] && [ -d "$work/run" ]; then
     # A violation of the safe configuration: keep the processors' logs for the diagnosis.
-    rm -rf "$work/pg"
+    rm -rf "$work/pg" "$work/pg2"
     log "processor logs kept in $work/run"
   else
     rm -rf "$work"
@@ -97,6 +106,22 @@ private_postgres_init "$pg" "$port"
 db="chaos_$(date +%s)"
 psql -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
   -c "CREATE DATABASE \"$db\"" >/dev/null
+database_url="postgres://postgres@127.0.0.1:$port/$db"
+db_stop="bash -c 'source scripts/lib.sh && private_postgres_crash $pg'"
+db_start="bash -c 'source scripts/lib.sh && private_postgres_start $pg $port'"
+if [ "$db_failover" = 1 ]; then
+  # The pair: roles kept in $work/pg-primary and $work/pg-replica, which the faults read.
+  port2=$(free_port)
+  replica_make "$work/pg2" "$port2" "$port" || { log "the replica did not start"; exit 2; }
+  echo "$pg $port" >"$work/pg-primary"
+  echo "$work/pg2 $port2" >"$work/pg-replica"
+  log "asynchronous streaming replica (pg_basebackup -R) on 127.0.0.1:$port2"
+  database_url="postgres://postgres@127.0.0.1:$port,127.0.0.1:$port2/$db?target_session_attrs=read-write"
+  lib="source scripts/lib.sh && source scripts/recovery-lib.sh"
+  db_stop="bash -c '$lib && pair_crash $work'"
+  db_start="bash -c '$lib && pair_start $work'"
+  args+=(--db-failover-command "bash -c '$lib && pair_failover $work $db {group} ${FAILOVER_LAG:-2}'")
+fi
 
 broker_kind="the broker of --brokers"
 if [ -z "$brokers" ] && [ -z "${NISSHI_BIN:-}" ]; then
@@ -133,9 +158,8 @@ status=0
 # events as errors: keep its log to warnings of its own.
 # The driver runs in the background (bash runs a trap only once a foreground child ends), in a
 # process group of its own with its processors, so that an interrupt can stop them all.
-NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn,rdkafka=off}" setsid $bin chaos --database-url "postgres://postgres@127.0.0.1:$port/$db" --brokers "$brokers" \
-  --db-stop-command "bash -c 'source scripts/lib.sh && private_postgres_crash $pg'" \
-  --db-start-command "bash -c 'source scripts/lib.sh && private_postgres_start $pg $port'" \
+NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn,rdkafka=off}" setsid $bin chaos --database-url "$database_url" --brokers "$brokers" \
+  --db-stop-command "$db_stop" --db-start-command "$db_start" \
   --broker-label "$broker_kind" --work-dir "$work/run" "${control[@]}" "${args[@]}" &
 driver_pid=$!
 wait "$driver_pid" || status=$?

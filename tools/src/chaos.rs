@@ -76,10 +76,14 @@ async fn under_faults(
         args.rate,
     ));
     tokio::time::sleep(Duration::from_secs(5.min(args.duration / 5))).await;
-    let events = Nemesis::new(nemesis_settings(args, plan.seed), cluster.clone(), start)
-        .run(start + Duration::from_secs(args.duration))
-        .await
-        .map_err(ChaosError::Setup)?;
+    let events = Nemesis::new(
+        nemesis_settings(args, plan.seed, &plan.group),
+        cluster.clone(),
+        start,
+    )
+    .run(start + Duration::from_secs(args.duration))
+    .await
+    .map_err(ChaosError::Setup)?;
     let produced = producer
         .await
         .map_err(|e| ChaosError::Setup(e.to_string()))??;
@@ -176,11 +180,13 @@ fn start_cluster(args: &ChaosArgs, plan: &Plan) -> Result<Cluster, ChaosError> {
     Ok(cluster)
 }
 
-fn nemesis_settings(args: &ChaosArgs, seed: u64) -> NemesisSettings {
+fn nemesis_settings(args: &ChaosArgs, seed: u64, group: &str) -> NemesisSettings {
     NemesisSettings {
         seed,
         db_stop: args.db_stop_command.clone(),
         db_start: args.db_start_command.clone(),
+        db_failover: args.db_failover_command.clone(),
+        group: group.to_owned(),
         broker: args
             .broker_stop_command
             .clone()
@@ -290,10 +296,26 @@ async fn state_invariants(
         &inbox,
         run.produced,
     ));
-    let resumes: Vec<f64> = run.events.iter().filter_map(|e| e.ends_s).collect();
+    let resumes: Vec<f64> = run
+        .events
+        .iter()
+        .filter(|e| e.fault != nemesis::Fault::Failover)
+        .filter_map(|e| e.ends_s)
+        .collect();
+    let failovers: Vec<checker::Failover> = run
+        .events
+        .iter()
+        .filter_map(|e| {
+            e.positions.clone().map(|positions| checker::Failover {
+                at_s: e.at_s,
+                positions,
+            })
+        })
+        .collect();
     invariants.push(checker::offsets_monotonic(
         &run.samples,
         &resumes,
+        &failovers,
         args.strict_offsets,
     ));
     invariants.push(checker::lag_zero(&run.final_lag, args.strict_offsets));
@@ -327,6 +349,11 @@ fn faults_hit(
     }
     if args.broker_stop_command.is_some() {
         hit.push(("broker restarts", count("restart_broker")));
+    }
+    if args.db_failover_command.is_some() {
+        hit.push(("database failovers", count("failover")));
+        // The gap the failover opened was noticed and read again (the WARN lines).
+        hit.push(("positions rewound", tally.positions_rewound));
     }
     hit.extend([
         ("partition moves", tally.partition_moves),

@@ -205,18 +205,44 @@ fn dead_letters(dead: &BTreeMap<String, u64>, expected: &Expected) -> Invariant 
 /// (the sampler looks every 500 ms).
 const ZOMBIE_WINDOW_S: (f64, f64) = (-0.5, 2.5);
 
-/// Committed offsets never moved backwards. Unless `strict`, a move within a moment after a
-/// paused member resumed (`resumes`, seconds) is listed but tolerated: it is that member's stale
-/// commit, which a fencing broker rejects and a non-fencing one accepts.
-pub fn offsets_monotonic(samples: &Samples, resumes: &[f64], strict: bool) -> Invariant {
+/// A failover the nemesis made: when it began, and the promoted database's positions.
+#[derive(Debug, Clone)]
+pub struct Failover {
+    /// Seconds since the run started.
+    pub at_s: f64,
+    /// Next offset of each partition the promoted database held (absent: no row, so the
+    /// partition's beginning).
+    pub positions: BTreeMap<i32, i64>,
+}
+
+/// Committed offsets never moved backwards, but to the database's position after the database
+/// went back in time: a move after a failover that lands at or above the promoted database's
+/// position of that partition is the processors following the database (listed, not a
+/// violation), one below it is. Unless `strict`, a move within a moment after a paused member
+/// resumed (`resumes`, seconds) is listed but tolerated: it is that member's stale commit,
+/// which a fencing broker rejects and a non-fencing one accepts.
+pub fn offsets_monotonic(
+    samples: &Samples,
+    resumes: &[f64],
+    failovers: &[Failover],
+    strict: bool,
+) -> Invariant {
     let after_pause = |at: f64| {
         resumes
             .iter()
             .any(|r| (r + ZOMBIE_WINDOW_S.0..=r + ZOMBIE_WINDOW_S.1).contains(&at))
     };
-    let (zombie, other): (Vec<&Regression>, Vec<&Regression>) = samples
-        .regressions
-        .iter()
+    // The latest failover before the move: the database's position the move may go back to.
+    let to_database = |r: &Regression| {
+        failovers
+            .iter()
+            .rfind(|f| f.at_s <= r.at_s)
+            .is_some_and(|f| r.to >= f.positions.get(&r.partition).copied().unwrap_or(0))
+    };
+    let (followed, rest): (Vec<&Regression>, Vec<&Regression>) =
+        samples.regressions.iter().partition(|r| to_database(r));
+    let (zombie, other): (Vec<&Regression>, Vec<&Regression>) = rest
+        .into_iter()
         .partition(|r| !strict && after_pause(r.at_s));
     let ok = other.is_empty() && samples.samples > 0;
     let show = |r: &Regression| {
@@ -237,6 +263,14 @@ pub fn offsets_monotonic(samples: &Samples, resumes: &[f64], strict: bool) -> In
             show(r)
         ),
     };
+    if !followed.is_empty() {
+        let list: Vec<String> = followed.iter().map(|r| show(r)).collect();
+        detail.push_str(&format!(
+            "; back to the database's position after a failover (at or above the promoted \
+             database's): {}",
+            list.join(", ")
+        ));
+    }
     if !zombie.is_empty() {
         let list: Vec<String> = zombie.iter().map(|r| show(r)).collect();
         detail.push_str(&format!(

@@ -3,8 +3,10 @@
 //! Faults: SIGKILL a processor (restarted after a short delay), SIGSTOP one past the session
 //! timeout then SIGCONT, crash-restart the database (`-m immediate`), start an extra member, stop
 //! a member gracefully (SIGTERM), SIGKILL a broker node and start it again on its own log (with
-//! `--broker-stop-command`/`--broker-start-command`); the first database outage, and half the later ones, also kill a member while its batch
-//! waits for the database. Invariant: every kind that can run is injected at least once
+//! `--broker-stop-command`/`--broker-start-command`), fail over to a replica that lags behind
+//! (`--db-failover-command`: the database goes back in time under the running members); the
+//! first database outage, and half the later ones, also kill a member while its batch waits for
+//! the database. Invariant: every kind that can run is injected at least once
 //! (the first faults are a seeded permutation of the kinds), and every random choice comes from
 //! the seed, so a failing seed replays the same schedule (process timings still vary).
 
@@ -36,6 +38,9 @@ pub enum Fault {
     Leave,
     /// SIGKILL a broker node, start it again on its own log.
     RestartBroker,
+    /// Fail over to an asynchronous replica that lags behind: the database loses its last
+    /// commits, positions included.
+    Failover,
 }
 
 impl Fault {
@@ -48,6 +53,7 @@ impl Fault {
             Fault::Join => "join",
             Fault::Leave => "leave",
             Fault::RestartBroker => "restart_broker",
+            Fault::Failover => "failover",
         }
     }
 }
@@ -64,6 +70,10 @@ pub struct FaultEvent {
     /// When a pause ended (SIGCONT), in seconds since the run started.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ends_s: Option<f64>,
+    /// A failover's: the promoted database's position of each partition (partitions without
+    /// one are absent), which a committed offset may move back to after `at_s`, never below.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub positions: Option<BTreeMap<i32, i64>>,
 }
 
 /// How the nemesis may act.
@@ -75,6 +85,11 @@ pub struct NemesisSettings {
     pub db_stop: Option<String>,
     /// Shell command that starts it again.
     pub db_start: Option<String>,
+    /// Shell command of a failover (`{group}` replaced), which prints the promoted database's
+    /// positions (`None`: no failovers).
+    pub db_failover: Option<String>,
+    /// The group, for the failover command.
+    pub group: String,
     /// The broker's nodes, numbered from 1, and the shell commands that kill one like a crash
     /// and start it again (`{node}` replaced by its number; the start returns once it serves).
     pub broker: Option<BrokerFaults>,
@@ -118,12 +133,17 @@ fn secs(rng: &mut StdRng, lo: f64, hi: f64) -> Duration {
 
 /// Runs a shell command; its failure is returned as text.
 fn shell(cmd: &str) -> Result<(), String> {
+    shell_output(cmd).map(drop)
+}
+
+/// Runs a shell command and returns its standard output; its failure is returned as text.
+fn shell_output(cmd: &str) -> Result<String, String> {
     let out = Command::new("sh")
         .args(["-c", cmd])
         .output()
         .map_err(|e| format!("{cmd}: {e}"))?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(format!(
             "{cmd}: {}: {}",
@@ -154,6 +174,9 @@ impl Nemesis {
         if self.settings.broker.is_some() {
             kinds.push(Fault::RestartBroker);
         }
+        if self.settings.db_failover.is_some() {
+            kinds.push(Fault::Failover);
+        }
         kinds
     }
 
@@ -165,7 +188,7 @@ impl Nemesis {
                 let w = match k {
                     Fault::Kill | Fault::RestartDb | Fault::RestartBroker => 3,
                     Fault::Pause => 2,
-                    Fault::Join | Fault::Leave => 1,
+                    Fault::Join | Fault::Leave | Fault::Failover => 1,
                 };
                 std::iter::repeat_n(*k, w)
             })
@@ -210,6 +233,7 @@ impl Nemesis {
             fault,
             detail,
             ends_s: None,
+            positions: None,
         });
     }
 
@@ -225,6 +249,7 @@ impl Nemesis {
             Fault::Pause => self.pause(),
             Fault::RestartDb => self.restart_db().await?,
             Fault::RestartBroker => self.restart_broker().await?,
+            Fault::Failover => self.failover().await?,
             Fault::Join | Fault::Leave => self.membership(fault)?,
         }
         Ok(())
@@ -341,6 +366,34 @@ impl Nemesis {
         Ok(())
     }
 
+    /// Fails over to the replica, which lags behind by the commits of the last seconds, and
+    /// records the promoted database's positions.
+    async fn failover(&mut self) -> Result<(), String> {
+        let Some(cmd) = self.settings.db_failover.clone() else {
+            return Ok(());
+        };
+        self.record(
+            Fault::Failover,
+            "replication cut, primary killed (SIGKILL), replica promoted".to_owned(),
+        );
+        let cmd = cmd.replace("{group}", &self.settings.group);
+        let began = Instant::now();
+        let out = tokio::task::spawn_blocking(move || shell_output(&cmd))
+            .await
+            .map_err(|e| e.to_string())??;
+        let positions = parse_positions(&out)?;
+        let at_s = self.start.elapsed().as_secs_f64();
+        println!(
+            "[chaos {at_s:7.1}s] promoted ({:.1?}); its positions: {positions:?}",
+            began.elapsed()
+        );
+        if let Some(e) = self.events.last_mut() {
+            e.ends_s = Some(at_s);
+            e.positions = Some(positions);
+        }
+        Ok(())
+    }
+
     fn membership(&mut self, wanted: Fault) -> Result<(), String> {
         let active = lock(&self.cluster).active();
         let fault = match wanted {
@@ -361,6 +414,26 @@ impl Nemesis {
     }
 }
 
+/// `PARTITION NEXT_OFFSET` lines, as the failover command prints them.
+fn parse_positions(out: &str) -> Result<BTreeMap<i32, i64>, String> {
+    out.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            match (
+                w.next().and_then(|p| p.parse().ok()),
+                w.next().and_then(|o| o.parse().ok()),
+                w.next(),
+            ) {
+                (Some(p), Some(o), None) => Ok((p, o)),
+                _ => Err(format!(
+                    "the failover command printed {l:?}, not `PARTITION NEXT_OFFSET`"
+                )),
+            }
+        })
+        .collect()
+}
+
 /// Faults by kind name.
 pub fn counts(events: &[FaultEvent]) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
@@ -368,4 +441,18 @@ pub fn counts(events: &[FaultEvent]) -> BTreeMap<String, u64> {
         *counts.entry(e.fault.name().to_owned()).or_insert(0) += 1;
     }
     counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_failover_commands_positions_are_read_and_anything_else_refused() {
+        let got = parse_positions("0 120\n3 7\n\n").unwrap();
+        assert_eq!(got, BTreeMap::from([(0, 120), (3, 7)]));
+        assert!(parse_positions("").unwrap().is_empty());
+        assert!(parse_positions("0 120 9\n").is_err());
+        assert!(parse_positions("zero 120\n").is_err());
+    }
 }

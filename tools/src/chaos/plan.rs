@@ -44,6 +44,13 @@ pub struct ChaosArgs {
     /// Shell command that starts the database again.
     #[arg(long)]
     pub db_start_command: Option<String>,
+    /// Shell command of a failover to a replica that lags behind (`{group}` replaced by the
+    /// group): it cuts the replication, lets the primary run ahead, kills it and promotes the
+    /// replica, and prints the promoted database's positions of the group, one
+    /// `PARTITION NEXT_OFFSET` line each; enables failovers. Committed offsets may then move
+    /// back to those positions, never below.
+    #[arg(long)]
+    pub db_failover_command: Option<String>,
     /// Shell command that kills broker node `{node}` (1..=--broker-nodes) like a crash; with
     /// --broker-start-command, enables broker restarts.
     #[arg(long, requires = "broker_start_command")]

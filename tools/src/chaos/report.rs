@@ -44,6 +44,9 @@ pub struct Tally {
     pub offsets_refused: u64,
     /// Offset gaps the partition workers logged (records the source skipped).
     pub offset_gaps: u64,
+    /// Partitions read again from the database's position because the database went back in
+    /// time (WARN lines: at assignment, or noticed by a running worker).
+    pub positions_rewound: u64,
 }
 
 impl Tally {
@@ -60,6 +63,12 @@ impl Tally {
                     self.retries_logged += 1;
                 } else if line.contains("offset gap") {
                     self.offset_gaps += 1;
+                } else if line.contains("WARN")
+                    && (line.contains("reading again from the database's position")
+                        || line.contains("reading them again from the database's position")
+                        || line.contains("holds no position for this partition"))
+                {
+                    self.positions_rewound += 1;
                 }
             }
         }

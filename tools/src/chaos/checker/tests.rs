@@ -72,14 +72,14 @@ fn a_regression_right_after_a_resume_is_tolerated_unless_strict() {
         regressions: vec![at(20.5)],
         ..Samples::default()
     };
-    let lenient = offsets_monotonic(&samples, &[20.0], false);
+    let lenient = offsets_monotonic(&samples, &[20.0], &[], false);
     assert!(
         lenient.ok && lenient.detail.contains("tolerated"),
         "{}",
         lenient.detail
     );
-    assert!(!offsets_monotonic(&samples, &[20.0], true).ok);
-    assert!(!offsets_monotonic(&samples, &[10.0], false).ok);
+    assert!(!offsets_monotonic(&samples, &[20.0], &[], true).ok);
+    assert!(!offsets_monotonic(&samples, &[10.0], &[], false).ok);
     assert!(
         offsets_monotonic(
             &Samples {
@@ -87,10 +87,49 @@ fn a_regression_right_after_a_resume_is_tolerated_unless_strict() {
                 ..Samples::default()
             },
             &[],
+            &[],
             true
         )
         .ok
     );
+}
+
+#[test]
+fn after_a_failover_a_committed_offset_moves_back_to_the_databases_position_never_below() {
+    let back = |partition, to, at_s| Regression {
+        partition,
+        from: 500,
+        to,
+        at_s,
+    };
+    let samples = |regressions| Samples {
+        samples: 10,
+        regressions,
+        ..Samples::default()
+    };
+    let failover = Failover {
+        at_s: 30.0,
+        positions: BTreeMap::from([(1, 400)]),
+    };
+    let check = |r: Vec<Regression>, strict| {
+        offsets_monotonic(&samples(r), &[], std::slice::from_ref(&failover), strict)
+    };
+    // To the promoted database's position, or above it (the database moved on before the
+    // member noticed): the processors following the database, also when strict.
+    for to in [400, 450] {
+        let followed = check(vec![back(1, to, 31.0)], true);
+        assert!(
+            followed.ok && followed.detail.contains("after a failover"),
+            "{}",
+            followed.detail
+        );
+    }
+    // Below it: a violation.
+    assert!(!check(vec![back(1, 399, 31.0)], false).ok);
+    // A partition the promoted database had no row for starts at its beginning.
+    assert!(check(vec![back(2, 0, 31.0)], true).ok);
+    // Before the failover, a move back is a regression as always.
+    assert!(!check(vec![back(1, 400, 29.0)], false).ok);
 }
 
 #[test]
