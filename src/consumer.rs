@@ -7,8 +7,8 @@
 //! the assignment takes effect, so no record of an assigned partition ever reaches the main queue
 //! and order within a partition is kept. On revoke, the partition's worker commits what it has
 //! read and stops before the revoke returns. Before an assignment takes effect, an
-//! [`AssignHook`] may set start offsets in it (the processor's one starts from offsets stored in
-//! the database when they are ahead of Kafka's). Overrides that would break these invariants are
+//! [`AssignHook`] may set start offsets in it (the processor's one starts from the offsets stored
+//! in the database, ahead of Kafka's or behind them: `resume`). Overrides that would break these invariants are
 //! refused ([`refused`]).
 
 mod input;

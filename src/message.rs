@@ -395,7 +395,7 @@ pub(crate) mod tests {
         m.payload = None;
         assert_eq!(m.size_bytes(), RawMessage::OVERHEAD_BYTES);
         if cfg!(target_pointer_width = "64") {
-            // The figures the README gives.
+            // The figures docs/OPERATIONS.md gives (`--batch-max-bytes`).
             assert_eq!(
                 (RawMessage::OVERHEAD_BYTES, Header::OVERHEAD_BYTES),
                 (160, 64)
