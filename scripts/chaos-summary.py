@@ -17,8 +17,10 @@ def row(path):
         "file": os.path.basename(path),
         "seed": r["seed"],
         "duration_s": r["duration_s"],
-        "verdict": r["verdict"] + (f" ({', '.join(failed)})" if failed else ""),
+        "verdict": ("control, caught: " if r.get("control") else "") + r["verdict"]
+        + (f" ({', '.join(failed)})" if failed else ""),
         "passed": r["passed"],
+        "control": bool(r.get("control")),
         "records": int(r["setup"]["records"]),
         "kill": f.get("kill", 0),
         "pause": f.get("pause", 0),
@@ -55,7 +57,13 @@ def main():
     for broker, protocol in setups:
         print(f"- broker: {broker or 'not recorded'}; group protocol: {protocol}")
     print()
-    print(f"{sum(r['passed'] for r in runs)} of {len(runs)} runs passed every invariant.\n")
+    safe = [r for r in runs if not r["control"]]
+    controls = [r for r in runs if r["control"]]
+    print(f"{sum(r['passed'] for r in safe)} of {len(safe)} runs passed every invariant.")
+    if controls:
+        print(f"{sum(not r['passed'] for r in controls)} of {len(controls)} control runs (an unsafe "
+              "configuration) failed it, as they must.")
+    print()
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in runs:
