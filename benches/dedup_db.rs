@@ -1,5 +1,5 @@
 //! Cost of the inbox's dedup statement alone (`INSERT … unnest … ON CONFLICT DO NOTHING
-//! RETURNING`, copied from `src/inbox.rs`) against a real PostgreSQL, by batch size.
+//! RETURNING`, copied from `src/pipeline/inbox.rs`) against a real PostgreSQL, by batch size.
 //!
 //! Why: the batched inbox replaces one statement and one COMMIT per message with one of each per
 //! batch. This measures how the statement and its transaction scale with the batch size, for new

@@ -9,9 +9,9 @@
 //! Each set of tables has an owner, whose migrations are numbered from 1 and recorded under its
 //! name (`schema_migrations (owner, version, name, applied_at)`), apart from every other owner's:
 //! the core ([`CORE`], `migrations/core/`: `inbox`, `dead_letters`, `consumer_offsets`), which
-//! every handler needs, and the ledger ([`crate::ledger::OWNER`], `migrations/ledger/`:
+//! every handler needs, and the ledger ([`crate::handlers::ledger::OWNER`], `migrations/ledger/`:
 //! `balances`), which only the ledger needs. [`migrate`] and [`check_schema`] are the core's;
-//! [`crate::ledger::migrate`] and [`crate::ledger::check_schema`] the ledger's. A database
+//! [`crate::handlers::ledger::migrate`] and [`crate::handlers::ledger::check_schema`] the ledger's. A database
 //! applied to by the SQL handler holds the core's tables and none of the ledger's.
 //!
 //! Releases before owners recorded one sequence for every table (`schema_migrations (version,
@@ -20,6 +20,9 @@
 //! and its version there (1 to 8 become core 1, ledger 1 and 2, core 2 to 6), keeping
 //! `applied_at`, in the migration's transaction: the tables themselves are not touched. A row
 //! that no release recorded stops it, with nothing changed.
+
+pub mod sql;
+pub(crate) mod tls;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -154,7 +157,7 @@ pub async fn connect_with(
     }
     set_tcp_timeouts(&mut config);
     let at = address(&config);
-    let manager = crate::db_tls::manager(
+    let manager = crate::db::tls::manager(
         config,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
@@ -317,7 +320,7 @@ fn url_error(e: &tokio_postgres::Error) -> DbError {
 /// Creates or upgrades the core's tables: applies the core's [`MIGRATIONS`] not yet applied,
 /// in one transaction under the migration lock, and returns the versions applied now (empty
 /// when the core is current). A handler with tables of its own migrates them apart (the ledger:
-/// [`crate::ledger::migrate`]).
+/// [`crate::handlers::ledger::migrate`]).
 ///
 /// A database recorded by a release before migrations had owners is re-recorded first, in the
 /// same transaction ([versions by owner](self#versions-by-owner)).

@@ -118,7 +118,7 @@ pub enum HandlerError {
     Db(#[from] tokio_postgres::Error),
     /// The handler says a message of the batch is bad: the batch is bisected and that message
     /// dead-lettered. (A message the handler refuses on purpose is a
-    /// [`crate::handler::Rejection`], not an error.)
+    /// [`crate::pipeline::handler::Rejection`], not an error.)
     #[error("handler refused a message: {0}")]
     Message(Box<dyn std::error::Error + Send + Sync>),
     /// The handler says the environment is wrong (a setting, a service, its own bug): the

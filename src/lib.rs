@@ -89,83 +89,72 @@
 //!
 //! ## Layout
 //!
-//! The modules, in data-flow order. Public: `batcher`, `days`, `db`, `defaults`, `exporter`,
-//! `inbox`, `ledger`, `message`, `redrive`, `retention`, `secret`, `sql`, `stats_file` and
-//! `worker`; the root re-exports what an embedding service needs. The command line is the
-//! binary's (`src/cli/`), not the library's.
+//! The folders follow a record's way (docs/ARCHITECTURE.md walks it, with each stage's
+//! invariant and tests); no module uses one of a higher floor, and none a circle
+//! (`scripts/module-graph.py --check`, every level):
 //!
-//! - `defaults`, `names`, `secret`: every default, settings as text, and the secrets never shown.
-//! - `consumer`: the group member (librdkafka), one queue per partition, rebalances, headers read
-//!   as bytes, refused settings; `drain`: when `exit_on_eof` may exit; `resume`: start offsets
-//!   from the database.
-//! - `batcher`: the pure per-partition micro-batcher (size / bytes / linger).
-//! - `message`: the owned record and its decoding (ids, payloads, dead letters); `reason`: why a
-//!   message is not applied; `days`: UUIDv7 time.
-//! - `worker`: one partition's loop: batches, retries, poison isolation, offsets stored only
-//!   after COMMIT (`offsets`: the contiguous committed position); fed by Kafka or any source.
-//! - `inbox`: the transaction (dedup, handler, dead letters, next offset, COMMIT);
-//!   `dead_letter`: storable dead-letter rows; `offset_table`: offsets in the database; `sql`:
-//!   every statement; `handler`: the business trait; `ledger`: the reference handler;
-//!   `sql_handler`: the handler made of one SQL statement.
-//! - `processor`: the wiring of the above.
-//! - `outcome`, `stats`, `telemetry`, `metrics`, `stats_file`, `exporter`: what a run did,
-//!   observed once and shown as counters, Prometheus metrics, the stats file and the probes.
-//! - `redrive`: dead letters listed and re-driven through the handler (the inbox's own dedup and
-//!   handler step, `inbox::apply_within`), marked, never deleted.
-//! - `retention`, `db`, `db_tls`, `error`, `failpoint`, `unsafe_controls`: inbox retention, the
-//!   pool, migrations and the grants checked at start, TLS, error types, and the test-only hooks.
+//! - `source`: where records come from. `source::kafka`: the group member and its partition
+//!   queues (`consumer`), where an assigned partition starts (`resume`: the database's
+//!   position), the topic ids (`topic_id`), and when `--exit-on-eof` may exit (`drain`).
+//! - `pipeline`: the per-partition micro-batcher (`batcher`), the owned record and its decoding
+//!   (`message`), the partition's loop with retries, poison isolation and the breaker
+//!   (`worker`), the business trait (`handler`), the inbox transaction (`inbox`, `dead_letter`),
+//!   the partition's position in the database (`positions`) and for the source (`offsets`), and
+//!   every default (`defaults`).
+//! - `handlers`: the ledger (the reference) and the handler made of one SQL statement.
+//! - `observe`: what a run did, counted once (`outcome`, `stats`) and shown as Prometheus
+//!   metrics (`telemetry`), the stats file (`metrics`, `stats_file`) and the probes (`exporter`).
+//! - `maintenance`: retention, the redrive of dead letters, and positions moved by an operator.
+//! - `db`: the pool, migrations, grants checked at start, TLS (`tls`) and every statement (`sql`).
+//! - `processor`: the wiring of the above, which [`run`] is.
+//! - Leaves: `error`, `reason` (why a message is not applied), `names` (settings as text),
+//!   `days` (UUIDv7 time), `secret` (what is never shown), `failpoint`, `unsafe_controls`.
+//!
+//! Public, at the paths users know (re-exported from the folders): `batcher`, `days`, `db`,
+//! `defaults`, `exporter`, `inbox`, `ledger`, `message`, `positions`, `redrive`, `retention`,
+//! `secret`, `sql`, `stats_file` and `worker`; the root re-exports what an embedding service
+//! needs. The command line is the binary's (`src/cli/`), not the library's.
 #![warn(missing_docs, unreachable_pub, unnameable_types)]
 
-pub mod batcher;
-mod consumer;
-pub mod days;
 pub mod db;
-mod db_tls;
-mod dead_letter;
-pub mod defaults;
-mod drain;
-mod error;
-pub mod exporter;
-mod failpoint;
-mod handler;
-pub mod inbox;
-pub mod ledger;
-pub mod message;
-mod metrics;
-mod names;
-mod offset_table;
-mod offsets;
-mod outcome;
-pub mod positions;
+mod handlers;
+mod maintenance;
+mod observe;
+mod pipeline;
 mod processor;
+mod source;
+
+pub mod days;
+mod error;
+mod failpoint;
+mod names;
 mod reason;
-pub mod redrive;
-mod resume;
-pub mod retention;
 pub mod secret;
-pub mod sql;
-mod sql_handler;
-mod stats;
-pub mod stats_file;
-mod telemetry;
-mod topic_id;
 mod unsafe_controls;
-pub mod worker;
+
+// The public modules, at the paths users know; they live in the stages' folders.
+pub use db::sql;
+pub use handlers::ledger;
+pub use maintenance::{positions, redrive, retention};
+pub use observe::{exporter, stats_file};
+pub use pipeline::{batcher, defaults, inbox, message, worker};
 
 pub use batcher::{BatcherSettings, Batching};
-pub use consumer::KafkaSettings;
 pub use db::Transaction;
 pub use error::{
     one_line_error, DbError, Fault, HandlerError, InboxError, KafkaClientError, KafkaStartupError,
     RefusedSetting, RunError,
 };
-pub use handler::{Handler, Rejection};
+pub use handlers::sql_handler::{
+    JsonPayload, RouteError, SqlError, SqlFileError, SqlHandler, SqlStatement,
+};
 pub use inbox::Mode;
 pub use message::{Decode, Header, Message, RawMessage};
 pub use names::{parse_interval, Named, UnknownName, MAX_INTERVAL};
+pub use observe::stats::{Stats, StatsSnapshot};
+pub use pipeline::handler::{Handler, Rejection};
 pub use processor::{run, run_with_stats, ProcessorConfig};
 pub use reason::{InvalidReason, Reason, RejectReason};
-pub use sql_handler::{JsonPayload, RouteError, SqlError, SqlFileError, SqlHandler, SqlStatement};
-pub use stats::{Stats, StatsSnapshot};
+pub use source::kafka::consumer::KafkaSettings;
 pub use unsafe_controls::UnsafeControls;
 pub use worker::{RetryPolicy, WorkerSettings};

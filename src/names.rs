@@ -88,8 +88,8 @@ pub(crate) use named;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batcher::Batching;
-    use crate::inbox::Mode;
+    use crate::pipeline::batcher::Batching;
+    use crate::pipeline::inbox::Mode;
 
     fn round_trip<T: Named + PartialEq + std::fmt::Debug>() {
         for name in T::NAMES {
@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn the_batching_default_is_the_products() {
-        assert_eq!(Batching::default(), crate::defaults::BATCHING);
+        assert_eq!(Batching::default(), crate::pipeline::defaults::BATCHING);
         assert_eq!(Mode::default(), Mode::Batched);
     }
 }

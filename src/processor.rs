@@ -11,17 +11,17 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::{
+use crate::error::RunError;
+use crate::observe::stats::Stats;
+use crate::pipeline::handler::Handler;
+use crate::pipeline::inbox::Inbox;
+use crate::pipeline::message::Decoding;
+use crate::pipeline::worker::{PartitionWorker, WorkerSettings};
+use crate::source::kafka::consumer::{
     queue_input, GroupMember, KafkaConsumer, KafkaSettings, Spawner, WorkerHandle,
 };
-use crate::drain::{DrainWatch, StoredPositions};
-use crate::error::RunError;
-use crate::handler::Handler;
-use crate::inbox::Inbox;
-use crate::message::Decoding;
-use crate::resume;
-use crate::stats::Stats;
-use crate::worker::{PartitionWorker, WorkerSettings};
+use crate::source::kafka::drain::{DrainWatch, StoredPositions};
+use crate::source::kafka::resume;
 
 /// Everything a processor needs besides the database pool and the handler.
 #[derive(Debug, Clone)]
@@ -55,7 +55,7 @@ impl ProcessorConfig {
     /// natural batching of at most 1000 records or 4 MiB, header `id`, offsets also in the
     /// database, a 30 s statement timeout, run until shut down.
     pub fn new(kafka: KafkaSettings) -> Self {
-        use crate::defaults;
+        use crate::pipeline::defaults;
         Self {
             kafka,
             worker: WorkerSettings::default(),
@@ -147,7 +147,7 @@ fn stored_positions(pool: Pool, kafka: &KafkaSettings) -> StoredPositions {
     Arc::new(move |topic: Arc<str>| {
         let (pool, group) = (pool.clone(), group.clone());
         Box::pin(async move {
-            crate::offset_table::read_topic(&pool, &group, &topic)
+            crate::pipeline::positions::read_topic(&pool, &group, &topic)
                 .await
                 .map_err(|e| e.to_string())
         })

@@ -15,8 +15,8 @@ use deadpool_postgres::{GenericClient, Pool};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{to_sql_checked, IsNull, Kind, ToSql, Type};
 
+use crate::db::sql;
 use crate::error::DbError;
-use crate::sql;
 
 /// What a command does with the database: each set of statements it runs, whose grants
 /// [`check_grants`] checks.

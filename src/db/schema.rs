@@ -190,7 +190,10 @@ mod tests {
     fn the_rows_before_owners_map_onto_the_owners_migrations() {
         let lists = [
             (super::super::CORE, super::super::MIGRATIONS),
-            (crate::ledger::OWNER, crate::ledger::MIGRATIONS),
+            (
+                crate::handlers::ledger::OWNER,
+                crate::handlers::ledger::MIGRATIONS,
+            ),
         ];
         for (was, name, owner, version) in BEFORE_OWNERS {
             let (_, list) = lists.iter().find(|(o, _)| *o == owner).expect("an owner");
@@ -214,7 +217,10 @@ mod tests {
 
     #[test]
     fn each_owners_versions_count_from_one() {
-        for list in [super::super::MIGRATIONS, crate::ledger::MIGRATIONS] {
+        for list in [
+            super::super::MIGRATIONS,
+            crate::handlers::ledger::MIGRATIONS,
+        ] {
             let versions: Vec<i32> = list.iter().map(|m| m.version).collect();
             assert_eq!(versions, (1..=list.len() as i32).collect::<Vec<_>>());
         }

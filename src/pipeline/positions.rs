@@ -1,0 +1,109 @@
+//! Offsets in the database: the `consumer_offsets` table, written in each batch's transaction.
+//!
+//! Invariant: a partition's stored `next_offset` is written only inside the transaction that
+//! commits every record before it, and only from the position its writer last committed (a
+//! compare-and-set): so after any crash it is a position from which nothing committed is read
+//! again and nothing uncommitted is skipped, and a database that went back in time (a restore, a
+//! failover to a replica that lagged) is noticed by the next write instead of being overwritten.
+
+use std::collections::HashMap;
+
+use deadpool_postgres::Pool;
+
+use crate::db::sql::{
+    READ_OFFSETS as READ, READ_TOPIC_OFFSETS as READ_TOPIC, UPSERT_OFFSET as UPSERT,
+};
+use crate::db::Transaction;
+use crate::error::InboxError;
+
+/// The position a transaction's offset write left in the database, once it wrote.
+#[derive(Debug, Default)]
+pub(crate) struct Written(std::sync::Mutex<Option<i64>>);
+
+impl Written {
+    fn set(&self, next_offset: i64) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(next_offset);
+    }
+
+    /// The position stored by the write (`None`: nothing written).
+    pub(crate) fn get(&self) -> Option<i64> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Where a transaction records its partition's next offset.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OffsetTarget<'a> {
+    /// Consumer group.
+    pub group: &'a str,
+    /// The offset after the transaction's last record.
+    pub next_offset: i64,
+    /// The position this member last committed for the partition (or started from): the row
+    /// must hold it. `None`: no row known, the row may be created or moved forward.
+    pub expected: Option<i64>,
+    /// Where the write records the position it left (read after the COMMIT).
+    pub written: &'a Written,
+}
+
+impl OffsetTarget<'_> {
+    /// Records the position the write left (`None`: it wrote nothing), or fails with
+    /// [`InboxError::PositionMoved`].
+    pub(crate) fn check(&self, stored: Option<i64>) -> Result<(), InboxError> {
+        match stored {
+            Some(next) => {
+                self.written.set(next);
+                Ok(())
+            }
+            None => Err(InboxError::PositionMoved {
+                expected: self.expected,
+            }),
+        }
+    }
+}
+
+/// Compares-and-sets `target` in its own statement (for transactions that have no inbox statement to
+/// carry it).
+pub(crate) async fn store(
+    tx: &Transaction<'_>,
+    topic: &str,
+    partition: i32,
+    target: OffsetTarget<'_>,
+) -> Result<(), InboxError> {
+    let stmt = tx.prepare_cached(UPSERT).await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+        &target.group,
+        &topic,
+        &partition,
+        &target.next_offset,
+        &target.expected,
+    ];
+    let row = tx.query_opt(&stmt, &params).await?;
+    let stored = row.and_then(|r| {
+        let inserted: bool = r.get(0);
+        (!inserted || target.expected.is_none()).then(|| r.get(1))
+    });
+    target.check(stored)
+}
+
+/// The stored next offsets of `partitions` of `topic` for `group`.
+pub(crate) async fn read(
+    pool: &Pool,
+    group: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> Result<HashMap<i32, i64>, InboxError> {
+    let client = pool.get().await?;
+    let rows = client.query(READ, &[&group, &topic, &partitions]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The stored next offset of every partition of `topic` for `group`.
+pub(crate) async fn read_topic(
+    pool: &Pool,
+    group: &str,
+    topic: &str,
+) -> Result<HashMap<i32, i64>, InboxError> {
+    let client = pool.get().await?;
+    let rows = client.query(READ_TOPIC, &[&group, &topic]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
