@@ -141,6 +141,84 @@ mod tests {
     }
 
     #[test]
+    fn v7_times_are_read_from_the_first_48_bits_of_version_7_only() {
+        let with = |hex: &str| Uuid::parse_str(hex).unwrap();
+        assert_eq!(
+            v7_millis(&with("00000000-0000-7000-8000-000000000000")),
+            Some(0)
+        );
+        assert_eq!(
+            v7_millis(&with("ffffffff-ffff-7fff-bfff-ffffffffffff")),
+            Some((1 << 48) - 1)
+        );
+        assert_eq!(
+            v7_millis(&with("019ad20f-287b-7000-8000-000000000000")),
+            Some(1_764_460_800_123)
+        );
+        // The version is what counts, not the variant.
+        assert_eq!(
+            v7_millis(&with("019ad20f-287b-7000-0000-000000000000")),
+            Some(1_764_460_800_123)
+        );
+        // Other versions carry no UUIDv7 time, including the ones with a time of their own.
+        for other in [
+            "00000000-0000-0000-0000-000000000000", // nil
+            "ffffffff-ffff-ffff-ffff-ffffffffffff", // max
+            "019ad20f-287b-1000-8000-000000000000", // v1
+            "019ad20f-287b-6000-8000-000000000000", // v6
+            "019ad20f-287b-4000-8000-000000000000", // v4
+            "019ad20f-287b-8000-8000-000000000000", // v8
+        ] {
+            assert_eq!(v7_millis(&with(other)), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn partition_names_on_edge_days() {
+        for (day, name) in [
+            (-719_528, "inbox_p00000101"), // year 0, a leap year
+            (-719_469, "inbox_p00000229"),
+            (-719_468, "inbox_p00000301"),
+            (-25_509, "inbox_p19000228"), // 1900 is not a leap year
+            (-25_508, "inbox_p19000301"),
+            (-1, "inbox_p19691231"),
+            (0, "inbox_p19700101"),
+            (11_016, "inbox_p20000229"), // 2000 is one
+            (19_782, "inbox_p20240229"),
+            (47_540, "inbox_p21000228"), // 2100 is not
+            (47_541, "inbox_p21000301"),
+            (2_932_896, "inbox_p99991231"),
+        ] {
+            assert_eq!(partition_name(day), name, "{day}");
+            assert_eq!(day_of_partition(name), Some(day), "{name}");
+        }
+        for bad in [
+            "inbox_p19000229",
+            "inbox_p21000229",
+            "inbox_p20250229",
+            "inbox_p20250230",
+            "inbox_p20250431",
+            "inbox_p20250000",
+            "inbox_p20250001",
+            "inbox_p20250100",
+            "inbox_p20251232",
+            "inbox_p99999999",
+            "inbox_p+2025010",
+            "inbox_p-0010101",
+            "inbox_p100000101",
+            "inbox_p２０２５0101",
+        ] {
+            assert_eq!(day_of_partition(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn partition_names_beyond_year_9999() {
+        assert_eq!(partition_name(2_932_897), "inbox_p100000101");
+        assert_eq!(partition_name(-4_371_588), "inbox_p-100001231");
+    }
+
+    #[test]
     fn partition_names_round_trip_through_dates() {
         assert_eq!(partition_name(0), "inbox_p19700101");
         assert_eq!(partition_name(20_422), "inbox_p20251130");
