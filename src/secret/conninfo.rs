@@ -209,6 +209,38 @@ mod tests {
     }
 
     #[test]
+    fn query_keys_are_percent_decoded_and_a_malformed_escape_kept() {
+        use super::percent_decode;
+        for (key, decoded) in [
+            ("password", "password"),
+            ("pass%77ord", "password"),
+            ("%2F", "/"),
+            ("%2f", "/"),
+            ("%41%42", "AB"),
+            ("%%41", "%A"),
+            ("%C3%A9", "é"),
+            ("%00", "\0"),
+            // Invalid UTF-8 after decoding: replaced, not refused.
+            ("%FF", "\u{FFFD}"),
+            ("%C3", "\u{FFFD}"),
+            // Malformed escapes stay as they are.
+            ("%", "%"),
+            ("%4", "%4"),
+            ("a%", "a%"),
+            ("%zz", "%zz"),
+            ("%4g", "%4g"),
+            ("%-7", "%-7"),
+            ("%é", "%é"),
+            ("%4é", "%4é"),
+            ("", ""),
+        ] {
+            assert_eq!(percent_decode(key), decoded, "{key}");
+        }
+        // A `+` where the first hex digit belongs.
+        assert_eq!(percent_decode("%+7"), "\u{7}");
+    }
+
+    #[test]
     fn the_password_of_a_key_value_string_is_hidden() {
         for (conn, shown) in [
             (
