@@ -4,10 +4,16 @@
 //! orders `uuid` values bytewise, so the ids created during one UTC day form one contiguous range,
 //! from the UUID whose first 48 bits are the day's first millisecond and whose other bits are zero
 //! (inclusive) to the same UUID of the next day (exclusive). Those are the partition bounds.
+//!
+//! The calendar is `jiff`'s and a UUIDv7's time `uuid`'s to read; the bounds are built here: no
+//! crate makes the smallest UUID of a millisecond, which is not itself a UUIDv7 (its version and
+//! variant bits are zero).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use uuid::Uuid;
+use jiff::civil::Date;
+use jiff::Span;
+use uuid::{Uuid, Version};
 
 /// Milliseconds in a day.
 pub const DAY_MS: i64 = 86_400_000;
@@ -15,15 +21,13 @@ pub const DAY_MS: i64 = 86_400_000;
 /// The creation time of a UUIDv7 in Unix milliseconds; `None` for any other version (a UUIDv4
 /// carries no time).
 pub fn v7_millis(id: &Uuid) -> Option<i64> {
-    if id.get_version_num() != 7 {
+    // `get_timestamp` also reads the times of versions 1 and 6, which are not partition times.
+    if id.get_version() != Some(Version::SortRand) {
         return None;
     }
-    let b = id.as_bytes();
-    Some(
-        b[..6]
-            .iter()
-            .fold(0i64, |acc, &x| (acc << 8) | i64::from(x)),
-    )
+    let (seconds, nanos) = id.get_timestamp()?.to_unix();
+    // 48 bits of milliseconds: always an i64.
+    i64::try_from(seconds * 1000 + u64::from(nanos / 1_000_000)).ok()
 }
 
 /// The smallest UUID whose first 48 bits are `ms` (clamped to the 48-bit range).
@@ -61,9 +65,21 @@ pub fn day_bounds(day: i64) -> (Uuid, Uuid) {
     )
 }
 
+/// The first day of the calendar, 1970-01-01: day 0.
+const EPOCH: Date = Date::constant(1970, 1, 1);
+
 /// The name of day `day`'s partition: `inbox_pYYYYMMDD`.
+///
+/// # Panics
+///
+/// When the day is not in the years -9999 to 9999 (`jiff`'s calendar); no partition of such a day
+/// could be found again by its name, which holds four digits of year.
 pub fn partition_name(day: i64) -> String {
-    let (y, m, d) = civil_from_days(day);
+    let date = Span::new()
+        .try_days(day)
+        .and_then(|days| EPOCH.checked_add(days))
+        .unwrap_or_else(|e| panic!("no partition name for day {day}: {e}"));
+    let (y, m, d) = (date.year(), date.month(), date.day());
     format!("inbox_p{y:04}{m:02}{d:02}")
 }
 
@@ -73,36 +89,11 @@ pub fn day_of_partition(name: &str) -> Option<i64> {
     if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let y: i64 = digits[..4].parse().ok()?;
-    let m: u32 = digits[4..6].parse().ok()?;
-    let d: u32 = digits[6..].parse().ok()?;
-    let day = days_from_civil(y, m, d);
-    (civil_from_days(day) == (y, m, d)).then_some(day)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The date of a day since 1970-01-01.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    let y: i16 = digits[..4].parse().ok()?;
+    let m: i8 = digits[4..6].parse().ok()?;
+    let d: i8 = digits[6..].parse().ok()?;
+    let date = Date::new(y, m, d).ok()?;
+    Some(i64::from(date.since(EPOCH).ok()?.get_days()))
 }
 
 #[cfg(test)]
@@ -213,9 +204,15 @@ mod tests {
     }
 
     #[test]
-    fn partition_names_beyond_year_9999() {
-        assert_eq!(partition_name(2_932_897), "inbox_p100000101");
-        assert_eq!(partition_name(-4_371_588), "inbox_p-100001231");
+    #[should_panic(expected = "no partition name for day 2932897")]
+    fn a_day_after_year_9999_has_no_partition_name() {
+        partition_name(2_932_897);
+    }
+
+    #[test]
+    #[should_panic(expected = "no partition name for day -4371588")]
+    fn a_day_before_year_minus_9999_has_no_partition_name() {
+        partition_name(-4_371_588);
     }
 
     #[test]
