@@ -4,10 +4,16 @@
 //! orders `uuid` values bytewise, so the ids created during one UTC day form one contiguous range,
 //! from the UUID whose first 48 bits are the day's first millisecond and whose other bits are zero
 //! (inclusive) to the same UUID of the next day (exclusive). Those are the partition bounds.
+//!
+//! The calendar is `jiff`'s and a UUIDv7's time `uuid`'s to read; the bounds are built here: no
+//! crate makes the smallest UUID of a millisecond, which is not itself a UUIDv7 (its version and
+//! variant bits are zero).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use uuid::Uuid;
+use jiff::civil::Date;
+use jiff::Span;
+use uuid::{Uuid, Version};
 
 /// Milliseconds in a day.
 pub const DAY_MS: i64 = 86_400_000;
@@ -15,15 +21,13 @@ pub const DAY_MS: i64 = 86_400_000;
 /// The creation time of a UUIDv7 in Unix milliseconds; `None` for any other version (a UUIDv4
 /// carries no time).
 pub fn v7_millis(id: &Uuid) -> Option<i64> {
-    if id.get_version_num() != 7 {
+    // `get_timestamp` also reads the times of versions 1 and 6, which are not partition times.
+    if id.get_version() != Some(Version::SortRand) {
         return None;
     }
-    let b = id.as_bytes();
-    Some(
-        b[..6]
-            .iter()
-            .fold(0i64, |acc, &x| (acc << 8) | i64::from(x)),
-    )
+    let (seconds, nanos) = id.get_timestamp()?.to_unix();
+    // 48 bits of milliseconds: always an i64.
+    i64::try_from(seconds * 1000 + u64::from(nanos / 1_000_000)).ok()
 }
 
 /// The smallest UUID whose first 48 bits are `ms` (clamped to the 48-bit range).
@@ -61,9 +65,21 @@ pub fn day_bounds(day: i64) -> (Uuid, Uuid) {
     )
 }
 
+/// The first day of the calendar, 1970-01-01: day 0.
+const EPOCH: Date = Date::constant(1970, 1, 1);
+
 /// The name of day `day`'s partition: `inbox_pYYYYMMDD`.
+///
+/// # Panics
+///
+/// When the day is not in the years -9999 to 9999 (`jiff`'s calendar); no partition of such a day
+/// could be found again by its name, which holds four digits of year.
 pub fn partition_name(day: i64) -> String {
-    let (y, m, d) = civil_from_days(day);
+    let date = Span::new()
+        .try_days(day)
+        .and_then(|days| EPOCH.checked_add(days))
+        .unwrap_or_else(|e| panic!("no partition name for day {day}: {e}"));
+    let (y, m, d) = (date.year(), date.month(), date.day());
     format!("inbox_p{y:04}{m:02}{d:02}")
 }
 
@@ -73,36 +89,11 @@ pub fn day_of_partition(name: &str) -> Option<i64> {
     if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let y: i64 = digits[..4].parse().ok()?;
-    let m: u32 = digits[4..6].parse().ok()?;
-    let d: u32 = digits[6..].parse().ok()?;
-    let day = days_from_civil(y, m, d);
-    (civil_from_days(day) == (y, m, d)).then_some(day)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The date of a day since 1970-01-01.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    let y: i16 = digits[..4].parse().ok()?;
+    let m: i8 = digits[4..6].parse().ok()?;
+    let d: i8 = digits[6..].parse().ok()?;
+    let date = Date::new(y, m, d).ok()?;
+    Some(i64::from(date.since(EPOCH).ok()?.get_days()))
 }
 
 #[cfg(test)]
@@ -138,6 +129,90 @@ mod tests {
         let max = uuid_at_millis((1 << 48) - 1);
         assert_eq!(day_bounds(i64::MAX), (max, max));
         assert_eq!(day_bounds(i64::MIN), (Uuid::nil(), Uuid::nil()));
+    }
+
+    #[test]
+    fn v7_times_are_read_from_the_first_48_bits_of_version_7_only() {
+        let with = |hex: &str| Uuid::parse_str(hex).unwrap();
+        assert_eq!(
+            v7_millis(&with("00000000-0000-7000-8000-000000000000")),
+            Some(0)
+        );
+        assert_eq!(
+            v7_millis(&with("ffffffff-ffff-7fff-bfff-ffffffffffff")),
+            Some((1 << 48) - 1)
+        );
+        assert_eq!(
+            v7_millis(&with("019ad20f-287b-7000-8000-000000000000")),
+            Some(1_764_460_800_123)
+        );
+        // The version is what counts, not the variant.
+        assert_eq!(
+            v7_millis(&with("019ad20f-287b-7000-0000-000000000000")),
+            Some(1_764_460_800_123)
+        );
+        // Other versions carry no UUIDv7 time, including the ones with a time of their own.
+        for other in [
+            "00000000-0000-0000-0000-000000000000", // nil
+            "ffffffff-ffff-ffff-ffff-ffffffffffff", // max
+            "019ad20f-287b-1000-8000-000000000000", // v1
+            "019ad20f-287b-6000-8000-000000000000", // v6
+            "019ad20f-287b-4000-8000-000000000000", // v4
+            "019ad20f-287b-8000-8000-000000000000", // v8
+        ] {
+            assert_eq!(v7_millis(&with(other)), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn partition_names_on_edge_days() {
+        for (day, name) in [
+            (-719_528, "inbox_p00000101"), // year 0, a leap year
+            (-719_469, "inbox_p00000229"),
+            (-719_468, "inbox_p00000301"),
+            (-25_509, "inbox_p19000228"), // 1900 is not a leap year
+            (-25_508, "inbox_p19000301"),
+            (-1, "inbox_p19691231"),
+            (0, "inbox_p19700101"),
+            (11_016, "inbox_p20000229"), // 2000 is one
+            (19_782, "inbox_p20240229"),
+            (47_540, "inbox_p21000228"), // 2100 is not
+            (47_541, "inbox_p21000301"),
+            (2_932_896, "inbox_p99991231"),
+        ] {
+            assert_eq!(partition_name(day), name, "{day}");
+            assert_eq!(day_of_partition(name), Some(day), "{name}");
+        }
+        for bad in [
+            "inbox_p19000229",
+            "inbox_p21000229",
+            "inbox_p20250229",
+            "inbox_p20250230",
+            "inbox_p20250431",
+            "inbox_p20250000",
+            "inbox_p20250001",
+            "inbox_p20250100",
+            "inbox_p20251232",
+            "inbox_p99999999",
+            "inbox_p+2025010",
+            "inbox_p-0010101",
+            "inbox_p100000101",
+            "inbox_p２０２５0101",
+        ] {
+            assert_eq!(day_of_partition(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "no partition name for day 2932897")]
+    fn a_day_after_year_9999_has_no_partition_name() {
+        partition_name(2_932_897);
+    }
+
+    #[test]
+    #[should_panic(expected = "no partition name for day -4371588")]
+    fn a_day_before_year_minus_9999_has_no_partition_name() {
+        partition_name(-4_371_588);
     }
 
     #[test]

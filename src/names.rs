@@ -10,6 +10,10 @@ pub const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
 /// Parses an interval: `10s`, `500ms`, `2m`, or a number of seconds; `0` turns it off. Longer
 /// than [`MAX_INTERVAL`] is refused.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    // Written here rather than with `humantime::parse_duration` (2.4), which reads these forms
+    // differently: it refuses a bare number of seconds (`7`, `86400`), a documented form, and
+    // takes many this refuses (`1h30m`, `5h`, `1.5s`, `10 s`, `2min`, `500us`, `1M`), so every
+    // flag that takes an interval would change what it accepts, and its errors would change.
     let s = s.trim();
     let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => s.split_at(i),
@@ -136,6 +140,53 @@ mod tests {
         ] {
             let err = parse_interval(absurd).unwrap_err();
             assert!(err.contains("longer than a day"), "{absurd}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_accepted_forms_and_the_errors_are_exactly_these() {
+        for (given, ms) in [
+            ("0", 0),
+            ("0s", 0),
+            ("0ms", 0),
+            ("0m", 0),
+            ("00010s", 10_000),
+            (" 10s ", 10_000),
+            ("1500ms", 1_500),
+            ("86400000ms", 86_400_000),
+        ] {
+            assert_eq!(
+                parse_interval(given),
+                Ok(Duration::from_millis(ms)),
+                "{given}"
+            );
+        }
+        let expected = |s: &str| format!("expected an interval like 10s, 500ms or 1m, got {s:?}");
+        let unknown =
+            |unit: &str, s: &str| format!("unknown unit {unit:?} in {s:?}: use ms, s or m");
+        for (given, err) in [
+            ("", expected("")),
+            ("s", expected("s")),
+            ("soon", expected("soon")),
+            ("+5s", expected("+5s")),
+            ("-1s", expected("-1s")),
+            ("1h30m", unknown("h30m", "1h30m")),
+            ("1h", unknown("h", "1h")),
+            ("1d", unknown("d", "1d")),
+            ("10 s", unknown(" s", "10 s")),
+            ("10S", unknown("S", "10S")),
+            ("1.5s", unknown(".5s", "1.5s")),
+            ("500us", unknown("us", "500us")),
+            ("10sec", unknown("sec", "10sec")),
+            ("2min", unknown("min", "2min")),
+            ("1m1m", unknown("m1m", "1m1m")),
+            (
+                "18446744073709551616",
+                "\"18446744073709551616\" is longer than a day (1440m)".to_owned(),
+            ),
+            ("1441m", "\"1441m\" is longer than a day (1440m)".to_owned()),
+        ] {
+            assert_eq!(parse_interval(given), Err(err), "{given}");
         }
     }
 

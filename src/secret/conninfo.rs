@@ -66,28 +66,13 @@ fn hide_ranges(text: &str, mut ranges: Vec<(usize, usize)>) -> String {
     out
 }
 
-/// Percent-decodes a query key (lossy); a malformed escape is kept as it is.
+/// Percent-decodes a query key (lossy); a malformed escape is kept as it is. The driver's own
+/// decoding (`percent_encoding`, which tokio-postgres calls on every query key and value), so that
+/// a key is read here as the driver reads it.
 fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// The `key=value` form, scanned the way tokio-postgres parses it: whitespace between pairs and
@@ -206,6 +191,38 @@ mod tests {
             assert_eq!(redact(url), shown, "{url}");
             assert!(!redact(url).contains("S3cret"), "{url}");
         }
+    }
+
+    #[test]
+    fn query_keys_are_percent_decoded_and_a_malformed_escape_kept() {
+        use super::percent_decode;
+        for (key, decoded) in [
+            ("password", "password"),
+            ("pass%77ord", "password"),
+            ("%2F", "/"),
+            ("%2f", "/"),
+            ("%41%42", "AB"),
+            ("%%41", "%A"),
+            ("%C3%A9", "é"),
+            ("%00", "\0"),
+            // Invalid UTF-8 after decoding: replaced, not refused.
+            ("%FF", "\u{FFFD}"),
+            ("%C3", "\u{FFFD}"),
+            // Malformed escapes stay as they are.
+            ("%", "%"),
+            ("%4", "%4"),
+            ("a%", "a%"),
+            ("%zz", "%zz"),
+            ("%4g", "%4g"),
+            ("%-7", "%-7"),
+            ("%é", "%é"),
+            ("%4é", "%4é"),
+            ("", ""),
+        ] {
+            assert_eq!(percent_decode(key), decoded, "{key}");
+        }
+        // A `+` where the first hex digit belongs is no escape, as the driver reads it.
+        assert_eq!(percent_decode("%+7"), "%+7");
     }
 
     #[test]
