@@ -26,10 +26,13 @@ async fn consumed(addr: std::net::SocketAddr) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The stalled gauge of `topic`'s `partition` series (`0`, or `member`) at `addr`.
+/// The stalled gauge of `topic`'s `partition` series (`0`, or `member`) at `addr`, by Kafka's
+/// refusal (`reason="kafka"`).
 async fn stalled(addr: std::net::SocketAddr, topic: &str, partition: &str) -> f64 {
     let (_, metrics) = http::get(addr, "/metrics").await;
-    let series = format!("batch_inbox_stalled{{topic=\"{topic}\",partition=\"{partition}\"}}");
+    let series = format!(
+        "batch_inbox_stalled{{topic=\"{topic}\",partition=\"{partition}\",reason=\"kafka\"}}"
+    );
     http::samples(&metrics).get(&series).copied().unwrap_or(0.0)
 }
 

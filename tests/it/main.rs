@@ -12,6 +12,7 @@ mod config_file;
 mod db_start_offsets;
 mod db_tls;
 mod dead_letter_rows;
+mod deploy_metrics;
 mod e2e;
 mod environment;
 mod exit_on_eof;

@@ -3,6 +3,7 @@
 //! other message is applied, the partition moves on, and it costs about 2·log2(n) transactions.
 
 use crate::common;
+use crate::common::http;
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -329,16 +330,42 @@ impl Handler for BrokenUntilFixed {
 }
 
 /// With `--max-poison-rate 3/1m`, a handler that fails every message dead-letters three, then
-/// the partition stalls on the fourth (saying so) instead of dead-lettering the stream; once the
-/// handler is fixed, the stalled message and every later one are applied.
+/// the partition stalls on the fourth (saying so, and in `/metrics` with `reason="breaker"`, which
+/// the breaker's alert selects) instead of dead-lettering the stream; once the handler is fixed,
+/// the stalled message and every later one are applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_poison_rate_breaker_stalls_instead_of_dead_lettering_the_stream() {
-    let (_, pool) = fresh_db("poison_breaker").await;
+    let (url, pool) = fresh_db("poison_breaker").await;
     let fixed = Arc::new(AtomicBool::new(false));
     let handler = Arc::new(BrokenUntilFixed {
         fixed: fixed.clone(),
     });
     let stats = Arc::new(Stats::default());
+    let stop = CancellationToken::new();
+    let metrics = batch_inbox::exporter::start(
+        "127.0.0.1:0".parse().unwrap(),
+        &url,
+        pool.clone(),
+        stats.clone(),
+        stop.clone(),
+    )
+    .await
+    .unwrap();
+    let stalled = |value: u8| async move {
+        let (status, body) = http::get(metrics, "/metrics").await;
+        assert_eq!(status, 200, "{body}");
+        let series: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with("batch_inbox_stalled{"))
+            .collect();
+        assert_eq!(
+            series,
+            [format!(
+                "batch_inbox_stalled{{topic=\"t\",partition=\"0\",reason=\"breaker\"}} {value}"
+            )],
+            "{body}"
+        );
+    };
     let mut settings = worker_settings(Mode::Batched, 8, 1usize << 20);
     settings.max_poison_rate = batch_inbox::worker::parse_max_poison_rate("3/1m").unwrap();
     settings.retry.initial = Duration::from_millis(10);
@@ -369,6 +396,7 @@ async fn the_poison_rate_breaker_stalls_instead_of_dead_lettering_the_stream() {
     };
     assert!(reason.contains("poison-rate breaker"), "{reason}");
     assert!(reason.contains("SQLSTATE 22012"), "{reason}");
+    stalled(1).await;
     let (balances, inbox, letters, _) = state(&pool).await;
     let offsets: Vec<i64> = letters.iter().map(|(o, _, _)| *o).collect();
     assert_eq!(offsets, [0, 1, 2], "three dead letters, then the stall");
@@ -386,6 +414,8 @@ async fn the_poison_rate_breaker_stalls_instead_of_dead_lettering_the_stream() {
     assert_eq!(letters.len(), 3, "{letters:?}");
     assert_eq!(next, 20);
     assert_eq!(stats.stall_reason(), None);
+    stalled(0).await;
+    stop.cancel();
 }
 
 /// A worker over `inputs` with the breaker `limit` (records of one partition, batches of

@@ -387,6 +387,15 @@ async fn records_deleted_before_the_database_position_stall_the_partition_until_
     )
     .await;
     assert!(body.contains(&format!("{topic}/0")), "{body}");
+    // The stalled gauge says what the partition waits on: an operator's acceptance of the loss.
+    let (_, metrics) = http::get(addr, "/metrics").await;
+    let series =
+        format!("batch_inbox_stalled{{topic=\"{topic}\",partition=\"0\",reason=\"records_lost\"}}");
+    assert_eq!(
+        http::samples(&metrics).get(&series),
+        Some(&1.0),
+        "{metrics}"
+    );
     assert_eq!(
         db_offsets(&pool, &group, 1).await,
         vec![2],

@@ -372,7 +372,7 @@ fn stall_on_lost(
     db_next: i64,
     log_start: i64,
 ) {
-    stats.telemetry.stalls.kafka_refused(topic, partition, LOST);
+    stats.telemetry.stalls.records_lost(topic, partition, LOST);
     tracing::error!(
         topic,
         partition,
