@@ -28,7 +28,7 @@ pub(super) async fn apply_without_inbox<H: Handler>(
 ) -> Result<TxOutcome, InboxError> {
     let tx = client.transaction().await?;
     if let Some(t) = target {
-        table::store(&tx, topic, partition, t).await?;
+        positions::store(&tx, topic, partition, t).await?;
     }
     let rejections = handler.handle(&tx, &batch.messages).await?;
     let mut letters = batch.dead_letters.clone();
