@@ -106,7 +106,9 @@
 //!   metrics (`telemetry`), the stats file (`metrics`, `stats_file`) and the probes (`exporter`).
 //! - `maintenance`: retention, the redrive of dead letters, and positions moved by an operator.
 //! - `db`: the pool, migrations, grants checked at start, TLS (`tls`) and every statement (`sql`).
-//! - `processor`: the wiring of the above, which [`run`] is.
+//! - `processor`: the wiring of the above, which [`run`] is; `service`: what the binary's `run`
+//!   does around it (start-up checks, retention, the listener, the stats file), for a service
+//!   that embeds the library with its own handler ([`Service`]).
 //! - Leaves: `error`, `reason` (why a message is not applied), `names` (settings as text),
 //!   `days` (UUIDv7 time), `secret` (what is never shown), `failpoint`, `unsafe_controls`.
 //!
@@ -122,6 +124,7 @@ mod maintenance;
 mod observe;
 mod pipeline;
 mod processor;
+pub mod service;
 mod source;
 
 pub mod days;
@@ -155,6 +158,7 @@ pub use observe::stats::{Stats, StatsSnapshot};
 pub use pipeline::handler::{Handler, Rejection};
 pub use processor::{run, run_with_stats, ProcessorConfig};
 pub use reason::{InvalidReason, Reason, RejectReason};
+pub use service::{Service, ServiceConfig, ServiceError};
 pub use source::kafka::consumer::KafkaSettings;
 pub use unsafe_controls::UnsafeControls;
 pub use worker::{RetryPolicy, WorkerSettings};

@@ -41,6 +41,7 @@ mod redrive;
 mod retention;
 mod retry;
 mod secrets;
+mod service;
 mod sql_handler;
 mod stalls;
 mod startup;
