@@ -130,6 +130,8 @@ mod source;
 pub mod days;
 mod error;
 mod failpoint;
+#[doc(hidden)]
+pub mod flags;
 mod names;
 mod reason;
 pub mod secret;

@@ -27,10 +27,8 @@ pub mod generate;
 pub mod measure;
 pub mod pg_cpu;
 pub mod produce;
-/// The product's shared flags (database, Kafka, pipeline): the binary's own file, compiled here
-/// too, so that the tools take the very flags the binary takes.
-#[path = "../../src/cli/args.rs"]
-pub mod product_args;
+/// The product's shared flags (database, Kafka, pipeline): the ones the binary takes.
+pub use batch_inbox::flags as product_args;
 pub mod replay;
 pub mod report;
 pub mod summary;
