@@ -149,7 +149,7 @@ impl Scenario {
         self
     }
 
-    /// The core's tables without the ledger's, then `ddl` (a SQL handler's database).
+    /// The core's tables without the ledger's, then `ddl` if any (a SQL handler's database).
     pub fn core_tables(mut self, ddl: &str) -> Scenario {
         self.tables = Tables::Core(ddl.to_owned());
         self
@@ -195,11 +195,7 @@ impl Scenario {
                 .unwrap();
         }
         if !self.records.is_empty() {
-            let mut producer = RawProducer::new(&addr, &topic);
-            for r in &self.records {
-                producer.send(r);
-            }
-            producer.flush();
+            send(&addr, &topic, &self.records);
         }
         let expected = match self.generated {
             Some(settings) => {
@@ -247,12 +243,23 @@ impl Scenario {
     }
 }
 
+/// Sends `records` to `topic` at `addr`, each to its partition, and waits for every delivery.
+fn send(addr: &str, topic: &str, records: &[RawRecord]) {
+    let mut producer = RawProducer::new(addr, topic);
+    for r in records {
+        producer.send(r);
+    }
+    producer.flush();
+}
+
 async fn database(name: &str, tables: &Tables) -> (String, Pool) {
     match tables {
         Tables::Ledger => fresh_db(name).await,
         Tables::Core(ddl) => {
             let (url, pool) = fresh_core_db(name).await;
-            pool.get().await.unwrap().batch_execute(ddl).await.unwrap();
+            if !ddl.is_empty() {
+                pool.get().await.unwrap().batch_execute(ddl).await.unwrap();
+            }
             (url, pool)
         }
     }
@@ -292,6 +299,16 @@ impl World {
         self.broker
             .as_ref()
             .expect("a scenario on the suite's broker")
+    }
+
+    /// The scenario's database: its URL and a pool.
+    pub fn db(&self) -> (String, Pool) {
+        (self.url.clone(), self.pool.clone())
+    }
+
+    /// More records to the topic, each to its partition, delivered before it returns.
+    pub fn produce(&self, records: &[RawRecord]) {
+        send(&self.addr, &self.topic, records);
     }
 
     /// Another fresh database `name` with the same tables, for a run to compare.
