@@ -142,6 +142,18 @@ impl Scenario {
         self
     }
 
+    /// Ledger entries `(partition, id, account, amount)`, as [`Scenario::entry`] says.
+    pub fn entries<S: AsRef<str>>(
+        self,
+        entries: impl IntoIterator<Item = (i32, S, i64, i64)>,
+    ) -> Scenario {
+        entries
+            .into_iter()
+            .fold(self, |s, (partition, id, account, amount)| {
+                s.entry(partition, id.as_ref(), account, amount)
+            })
+    }
+
     /// Generated ledger records after the others, keyed by account; [`World::expected`] is
     /// their model.
     pub fn generated(mut self, settings: GeneratorSettings) -> Scenario {
