@@ -64,6 +64,16 @@ pub(crate) async fn apply(
     world.run_binary_on(url, group, &flags).await
 }
 
+/// The runs of a test in both modes: the scenario's database for the batched mode, a fresh one
+/// `per_message_db` for the per-message mode.
+pub(crate) async fn both_modes(
+    world: &World,
+    per_message_db: &str,
+) -> [((String, Pool), &'static str); 2] {
+    let per_message = world.database(per_message_db).await;
+    [(world.db(), "batched"), (per_message, "per-message")]
+}
+
 /// A fresh database of the SQL handler (the core's tables, no ledger) with the tables of
 /// example DDL file `ddl`.
 pub(crate) async fn db_with(name: &str, ddl: &str) -> (String, Pool) {
@@ -245,8 +255,7 @@ async fn customers_keep_the_latest_state_per_key_applied_once() {
     ];
     let no_key = "a customer record needs a key";
     let sql = example("customers.sql");
-    let per_message = world.database("sql_customers_pm").await;
-    for ((url, pool), mode) in [(world.db(), "batched"), (per_message, "per-message")] {
+    for ((url, pool), mode) in both_modes(&world, "sql_customers_pm").await {
         let flags = ["--mode", mode, "--batch-size", "4"];
         // A group per mode: both read the whole topic.
         let run = apply(&world, &url, mode, &sql, &flags).await;
@@ -304,8 +313,7 @@ async fn page_views_append_once_into_their_time_partitions() {
         .build()
         .await;
     let sql = example("page_views.sql");
-    let per_message = world.database("sql_page_views_pm").await;
-    for ((url, pool), mode) in [(world.db(), "batched"), (per_message, "per-message")] {
+    for ((url, pool), mode) in both_modes(&world, "sql_page_views_pm").await {
         let flags = ["--mode", mode, "--batch-size", "3"];
         // A group per mode: both read the whole topic.
         let run = apply(&world, &url, mode, &sql, &flags).await;
@@ -372,8 +380,7 @@ async fn orders_the_statement_refuses_are_dead_lettered_with_its_reasons() {
         letter(7, 7, "duplicate_order", "order o4 exists already"),
     ];
     let sql = example("orders_reject.sql");
-    let per_message = world.database("sql_orders_pm").await;
-    for ((url, pool), mode) in [(world.db(), "batched"), (per_message, "per-message")] {
+    for ((url, pool), mode) in both_modes(&world, "sql_orders_pm").await {
         let flags = ["--mode", mode, "--batch-size", "4"];
         // A group per mode: both read the whole topic.
         let run = apply(&world, &url, mode, &sql, &flags).await;
