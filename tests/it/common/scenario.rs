@@ -363,9 +363,18 @@ impl World {
         Running::spawn(&args, &env)
     }
 
-    /// The mock cluster's settings for consumer group `group`.
+    /// Settings of the library's consumer for group `group`, reading to the partitions' ends:
+    /// the mock cluster's ([`Kafka::settings`]), or else the topic's at its broker as group
+    /// [`World::group`].
     pub fn settings(&self, group: &str) -> KafkaSettings {
-        self.kafka().settings(group)
+        match &self.kafka {
+            Some(kafka) => kafka.settings(group),
+            None => {
+                let mut kafka = KafkaSettings::new(&self.addr, &self.topic, self.group(group));
+                kafka.partition_eof = true;
+                kafka
+            }
+        }
     }
 
     /// The processor in this process until the topic is drained ([`drain`]).
