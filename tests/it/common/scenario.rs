@@ -337,7 +337,7 @@ impl World {
     /// scenario's flags and then `extra`: `run --brokers --topic --group --exit-on-eof`, to its
     /// end (at most 120 s).
     pub async fn run_binary_on(&self, url: &str, group: &str, extra: &[&str]) -> Finished {
-        self.spawn_on(url, group, &["--exit-on-eof"], extra)
+        self.spawn_on(url, group, &["--exit-on-eof"], extra, &[])
             .wait(Duration::from_secs(120))
             .await
     }
@@ -345,10 +345,22 @@ impl World {
     /// The binary as [`World::run_binary_on`] says, without `--exit-on-eof`: it runs until
     /// stopped.
     pub fn spawn(&self, group: &str, extra: &[&str]) -> Running {
-        self.spawn_on(&self.url, group, &[], extra)
+        self.spawn_with(group, extra, &[])
     }
 
-    fn spawn_on(&self, url: &str, group: &str, eof: &[&str], extra: &[&str]) -> Running {
+    /// [`World::spawn`] with `env` besides the scenario's (a failpoint of this run alone).
+    pub fn spawn_with(&self, group: &str, extra: &[&str], env: &[(&str, &str)]) -> Running {
+        self.spawn_on(&self.url, group, &[], extra, env)
+    }
+
+    fn spawn_on(
+        &self,
+        url: &str,
+        group: &str,
+        eof: &[&str],
+        extra: &[&str],
+        more_env: &[(&str, &str)],
+    ) -> Running {
         let group = self.group(group);
         let mut args = vec!["run"];
         if let Some(brokers) = &self.connect {
@@ -360,6 +372,7 @@ impl World {
         args.extend(extra);
         let mut env: Vec<(&str, &str)> = vec![("DATABASE_URL", url)];
         env.extend(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        env.extend(more_env);
         Running::spawn(&args, &env)
     }
 
