@@ -133,22 +133,6 @@ pub(crate) fn spawn_sql(
     Running::spawn(&args, &[("RUST_LOG", "warn")])
 }
 
-/// [`spawn_sql`] with `--exit-on-eof` and a 200 ms linger; waits at most 120 s.
-pub(crate) async fn run_sql(
-    url: &str,
-    broker: &Broker,
-    topic: &str,
-    group: &str,
-    sql: &Path,
-    extra: &[&str],
-) -> Finished {
-    let mut flags = vec!["--exit-on-eof", "--batch-linger-ms", "200"];
-    flags.extend(extra);
-    spawn_sql(url, broker, topic, group, sql, &flags)
-        .wait(Duration::from_secs(120))
-        .await
-}
-
 /// The counters of a successful run's summary line: records, new, duplicates, invalid, rejected,
 /// poisoned.
 pub(crate) fn summary(run: &Finished) -> [u64; 6] {
