@@ -6,9 +6,10 @@
 //!
 //! Invariant: a scenario's database (`<prefix><name>`) and topic are its alone (a topic on a
 //! broker that outlives the test is named with the process id and a counter), the input is
-//! delivered before [`Scenario::build`] returns, and every run returns only once the processor
-//! has exited (`--exit-on-eof` at the topic's end, or a refusal): what a test asserts afterwards
-//! is a finished state, never a state still moving.
+//! delivered before [`Scenario::build`] returns, and every `run_*` returns only once the
+//! processor has exited (at the topic's end, or refused): what a test asserts afterwards is a
+//! finished state, never a state still moving. A process started by [`World::spawn`] is the
+//! test's to stop or wait for.
 //!
 //! ```ignore
 //! let world = Scenario::new("kafka_ssl").partitions(2).generated(settings).build().await;
@@ -57,6 +58,7 @@ pub struct Scenario {
     records: Vec<RawRecord>,
     generated: Option<GeneratorSettings>,
     tables: Tables,
+    /// `--brokers` of the binary: `None`, the address the input went to; `Some(None)`, none.
     connect: Option<Option<String>>,
     args: Vec<String>,
     env: Vec<(String, String)>,
