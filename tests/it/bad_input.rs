@@ -2,58 +2,63 @@
 
 use crate::common;
 use batch_inbox::Mode;
+use common::raw_producer::RawRecord;
+use common::scenario::Scenario;
 use common::*;
 use serde_json::json;
 
 const GOOD: &[u8] = br#"{"account_id": 3, "amount": 5}"#;
 
+/// A record of partition 0 with `key`, `value` and `headers`.
+fn raw(key: Option<&str>, value: Option<&[u8]>, headers: &[(&str, Option<&[u8]>)]) -> RawRecord {
+    RawRecord {
+        partition: 0,
+        key: key.map(|k| k.as_bytes().to_vec()),
+        value: value.map(<[u8]>::to_vec),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.map(<[u8]>::to_vec)))
+            .collect(),
+        timestamp_ms: None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_input_kind_is_dead_lettered_and_the_partition_moves_on() {
-    let (_, pool) = fresh_db("bad_input").await;
-    let kafka = Kafka::new("bad-input", 1);
     let id = |n| uuid(n);
-    kafka.send_entry(0, &id(1), 3, 5).await; // 0: good
-    kafka.send(0, Some("3"), Some(GOOD), &[]).await; // 1: no id header
-    kafka.send(0, Some("3"), Some(GOOD), &[("id", None)]).await; // 2: null id header
-    kafka
-        .send(0, Some("3"), Some(GOOD), &[("id", Some(b"12345"))])
-        .await; // 3: not a UUID
-    kafka
-        .send(0, Some("3"), Some(GOOD), &[("id", Some(&[0xff, 0xfe]))])
-        .await; // 4: not UTF-8
-    kafka
-        .send(0, Some("3"), None, &[("id", Some(id(5).as_bytes()))])
-        .await; // 5: no value
-    kafka
-        .send(0, Some("3"), Some(b""), &[("id", Some(id(6).as_bytes()))])
-        .await; // 6: empty value
-    kafka
-        .send(
-            0,
-            Some("3"),
-            Some(b"not json"),
-            &[("id", Some(id(7).as_bytes()))],
-        )
-        .await; // 7
     let wrong_types = br#"{"account_id": "3", "amount": 5}"#;
-    kafka
-        .send(
-            0,
-            Some("3"),
-            Some(wrong_types),
-            &[("id", Some(id(8).as_bytes()))],
-        )
-        .await; // 8
     let missing_field = br#"{"account_id": 3}"#;
-    kafka
-        .send(
-            0,
-            None,
-            Some(missing_field),
-            &[("id", Some(id(9).as_bytes())), ("trace", Some(b"t-1"))],
-        )
-        .await; // 9
-    kafka.send_entry(0, &id(10), 3, 7).await; // 10: good
+    let trace: (&str, Option<&[u8]>) = ("trace", Some(b"t-1"));
+    let world = Scenario::new("bad_input")
+        .mock()
+        .entry(0, &id(1), 3, 5) // 0: good
+        .records([
+            raw(Some("3"), Some(GOOD), &[]),             // 1: no id header
+            raw(Some("3"), Some(GOOD), &[("id", None)]), // 2: null id header
+            raw(Some("3"), Some(GOOD), &[("id", Some(b"12345"))]), // 3: not a UUID
+            raw(Some("3"), Some(GOOD), &[("id", Some(&[0xff, 0xfe]))]), // 4: not UTF-8
+            raw(Some("3"), None, &[("id", Some(id(5).as_bytes()))]), // 5: no value
+            raw(Some("3"), Some(b""), &[("id", Some(id(6).as_bytes()))]), // 6: empty value
+            raw(
+                Some("3"),
+                Some(b"not json"),
+                &[("id", Some(id(7).as_bytes()))],
+            ), // 7
+            raw(
+                Some("3"),
+                Some(wrong_types),
+                &[("id", Some(id(8).as_bytes()))],
+            ), // 8
+            raw(
+                None,
+                Some(missing_field),
+                &[("id", Some(id(9).as_bytes())), trace],
+            ), // 9
+        ])
+        .entry(0, &id(10), 3, 7) // 10: good
+        .build()
+        .await;
+    let (pool, kafka) = (world.pool.clone(), world.kafka());
 
     let stats = drain(config(kafka.settings("g"), Mode::Batched, 100), &pool).await;
     assert_eq!((stats.records, stats.new, stats.invalid), (11, 2, 9));
@@ -126,20 +131,16 @@ async fn every_bad_input_kind_is_dead_lettered_and_the_partition_moves_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_header_of_another_name_can_be_used() {
-    let (_, pool) = fresh_db("ce_id").await;
-    let kafka = Kafka::new("ce-id", 1);
     let id = uuid(1);
-    for _ in 0..2 {
-        kafka
-            .send(
-                0,
-                Some("4"),
-                Some(br#"{"account_id": 4, "amount": 9}"#),
-                &[("ce_id", Some(id.as_bytes()))],
-            )
-            .await;
-    }
-    let mut cfg = config(kafka.settings("g"), Mode::Batched, 1);
+    let value = br#"{"account_id": 4, "amount": 9}"#;
+    let record = raw(Some("4"), Some(value), &[("ce_id", Some(id.as_bytes()))]);
+    let world = Scenario::new("ce_id")
+        .mock()
+        .records([record.clone(), record])
+        .build()
+        .await;
+    let pool = world.pool.clone();
+    let mut cfg = config(world.settings("g"), Mode::Batched, 1);
     cfg.decoding.ids.header = "ce_id".to_owned();
     let stats = drain(cfg, &pool).await;
     assert_eq!((stats.new, stats.duplicates, stats.invalid), (1, 1, 0));

@@ -8,19 +8,17 @@
 //! the balances must equal the model's. `HOSTILE_SEED` picks another seed.
 
 use crate::common;
-use crate::common::broker;
 use crate::common::raw_producer;
+use crate::common::scenario::Scenario;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use batch_inbox::ledger::Entry;
-use batch_inbox::KafkaSettings;
 use batch_inbox::Mode;
 use batch_inbox_tools::generate::{Generator, GeneratorSettings, Model, Record};
-use broker::Broker;
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use raw_producer::{RawProducer, RawRecord};
+use raw_producer::RawRecord;
 use uuid::Uuid;
 
 const PARTITIONS: i32 = 4;
@@ -223,27 +221,23 @@ fn input(seed: u64) -> (Vec<(RawRecord, Fate)>, Model) {
 async fn every_hostile_record_is_dead_lettered_once_and_the_ledger_matches_its_model() {
     let seed = std::env::var("HOSTILE_SEED").map_or(20_251_130, |s| s.parse().unwrap());
     let (records, model) = input(seed);
-    let broker = Broker::start();
-    let (_, pool) = fresh_db("hostile_records").await;
-    let topic = &broker.topic("hostile");
-    batch_inbox_tools::produce::ensure_topic(&broker.addr, topic, PARTITIONS)
-        .await
-        .unwrap();
     // Each record's position: its partition and the count of records sent there before it.
-    let mut producer = RawProducer::new(&broker.addr, topic);
     let mut next = vec![0i64; PARTITIONS as usize];
     let mut fates: BTreeMap<(i32, i64), Fate> = BTreeMap::new();
     for (record, fate) in &records {
-        producer.send(record);
         let offset = &mut next[record.partition as usize];
         fates.insert((record.partition, *offset), fate.clone());
         *offset += 1;
     }
-    producer.flush();
+    let world = Scenario::new("hostile_records")
+        .topic("hostile")
+        .partitions(PARTITIONS)
+        .records(records.iter().map(|(record, _)| record.clone()))
+        .build()
+        .await;
+    let pool = world.pool.clone();
 
-    let mut kafka = KafkaSettings::new(&broker.addr, topic, Broker::group(topic, "g"));
-    kafka.partition_eof = true;
-    let mut cfg = config(kafka, Mode::Batched, 500);
+    let mut cfg = config(world.settings("g"), Mode::Batched, 500);
     cfg.worker.batcher.max_bytes = BATCH_MAX_BYTES.try_into().unwrap();
     let stats = drain(cfg, &pool).await; // panics unless the processor returned Ok
 

@@ -8,7 +8,8 @@ use batch_inbox::ledger::Entry;
 use batch_inbox::message::Message;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use batch_inbox::{HandlerError, RunError};
-use batch_inbox_tools::generate::{generate, GeneratorSettings};
+use batch_inbox_tools::generate::GeneratorSettings;
+use common::scenario::Scenario;
 use common::*;
 
 struct Panics;
@@ -27,14 +28,16 @@ impl Handler for Panics {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_handler_stops_the_processor_with_an_error() {
-    let (_, pool) = fresh_db("panic").await;
-    let kafka = Kafka::new("panic", 1);
-    let (records, _) = generate(GeneratorSettings {
-        messages: 100,
-        accounts: 10,
-        ..GeneratorSettings::default()
-    });
-    kafka.send_generated(records).await;
+    let world = Scenario::new("panic")
+        .mock()
+        .generated(GeneratorSettings {
+            messages: 100,
+            accounts: 10,
+            ..GeneratorSettings::default()
+        })
+        .build()
+        .await;
+    let (pool, kafka) = (world.pool.clone(), world.kafka());
     let cfg = config(kafka.settings("g"), Mode::Batched, 50);
     let result = tokio::time::timeout(
         std::time::Duration::from_secs(60),

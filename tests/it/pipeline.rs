@@ -10,24 +10,23 @@ use batch_inbox::ledger::{Entry, Ledger};
 use batch_inbox::message::Message;
 use batch_inbox::HandlerError;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
-use batch_inbox_tools::generate::{generate, GeneratorSettings};
-use batch_inbox_tools::verify::{differences, observe};
+use batch_inbox_tools::generate::GeneratorSettings;
+use common::scenario::Scenario;
 use common::*;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_across_batches_are_applied_once() {
-    let (_, pool) = fresh_db("dup_across").await;
-    let kafka = Kafka::new("dup-across", 1);
-    for i in 0..30 {
-        kafka.send_entry(0, &uuid(i), 1, 10).await;
-    }
-    // The same ids again, 30 records later: other batches of 10.
-    for i in 0..30 {
-        kafka.send_entry(0, &uuid(i), 1, 10).await;
-    }
-    let stats = drain(config(kafka.settings("g"), Mode::Batched, 10), &pool).await;
+    let world = Scenario::new("dup_across")
+        .mock()
+        .entries((0..30).map(|i| (0, uuid(i), 1, 10)))
+        // The same ids again, 30 records later: other batches of 10.
+        .entries((0..30).map(|i| (0, uuid(i), 1, 10)))
+        .build()
+        .await;
+    let pool = world.pool.clone();
+    let stats = drain(config(world.settings("g"), Mode::Batched, 10), &pool).await;
     assert_eq!((stats.records, stats.new, stats.duplicates), (60, 30, 30));
     let t = tables(&pool).await;
     assert_eq!(t.balances, vec![(1, 300)]);
@@ -40,15 +39,16 @@ async fn duplicates_across_batches_are_applied_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_inside_one_batch_are_applied_once() {
-    let (_, pool) = fresh_db("dup_inside").await;
-    let kafka = Kafka::new("dup-inside", 1);
     // a, a, b, a, b: one batch of 5. The test is about a batch's shape, so it batches with a
     // linger that only the batch's size (5) or the partition's end can cut short.
-    for i in [1, 1, 2, 1, 2] {
-        kafka.send_entry(0, &uuid(i), 7, i as i64 * 100).await;
-    }
+    let world = Scenario::new("dup_inside")
+        .mock()
+        .entries([1, 1, 2, 1, 2].map(|i| (0, uuid(i), 7, i as i64 * 100)))
+        .build()
+        .await;
+    let pool = world.pool.clone();
     let cfg = with_linger(
-        config(kafka.settings("g"), Mode::Batched, 5),
+        config(world.settings("g"), Mode::Batched, 5),
         std::time::Duration::from_secs(60),
     );
     let stats = drain(cfg, &pool).await;
@@ -62,14 +62,17 @@ async fn duplicates_inside_one_batch_are_applied_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redelivery_after_restart_without_offset_commit_applies_nothing_twice() {
-    let (_, pool) = fresh_db("redelivery").await;
-    let kafka = Kafka::new("redelivery", 4);
-    let (records, expected) = generate(GeneratorSettings {
-        messages: 3_000,
-        accounts: 50,
-        ..GeneratorSettings::default()
-    });
-    kafka.send_generated(records).await;
+    let world = Scenario::new("redelivery")
+        .mock()
+        .partitions(4)
+        .generated(GeneratorSettings {
+            messages: 3_000,
+            accounts: 50,
+            ..GeneratorSettings::default()
+        })
+        .build()
+        .await;
+    let (pool, kafka) = (world.pool.clone(), world.kafka());
     let first = drain(config(kafka.settings("first"), Mode::Batched, 200), &pool).await;
     assert_eq!(first.records, 3_000);
     let before = tables(&pool).await;
@@ -83,19 +86,18 @@ async fn redelivery_after_restart_without_offset_commit_applies_nothing_twice() 
         "dead letters are not written twice"
     );
     assert_eq!(tables(&pool).await, before);
-    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
-    assert_eq!(differences(&observed, &expected), Vec::<String>::new());
+    world.assert_exact().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_offsets_mean_a_restarted_member_reads_nothing_again() {
-    let (_, pool) = fresh_db("restart_same_group").await;
-    let kafka = Kafka::new("restart-same-group", 2);
-    for i in 0..100 {
-        kafka
-            .send_entry((i % 2) as i32, &uuid(i), i as i64 % 5, 1)
-            .await;
-    }
+    let world = Scenario::new("restart_same_group")
+        .mock()
+        .partitions(2)
+        .entries((0..100).map(|i| ((i % 2) as i32, uuid(i), i as i64 % 5, 1)))
+        .build()
+        .await;
+    let (pool, kafka) = (world.pool.clone(), world.kafka());
     // librdkafka's own commits off (allowed with offsets in the database): Kafka's committed
     // offsets are then the processor's own commits only (before its end-of-topic check, at
     // shutdown). The restart below starts from the database's offsets whatever Kafka holds, so
@@ -204,14 +206,18 @@ async fn inbox_inserts_blocked(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processors_handed_the_same_messages_apply_each_once() {
-    let (url, pool) = fresh_db("two_processors").await;
-    let kafka = Kafka::new("two-processors", 4);
-    let (records, expected) = generate(GeneratorSettings {
-        messages: 4_000,
-        accounts: 30,
-        ..GeneratorSettings::default()
-    });
-    kafka.send_generated(records).await;
+    let world = Scenario::new("two_processors")
+        .mock()
+        .partitions(4)
+        .generated(GeneratorSettings {
+            messages: 4_000,
+            accounts: 30,
+            ..GeneratorSettings::default()
+        })
+        .build()
+        .await;
+    let ((url, pool), kafka) = (world.db(), world.kafka());
+    let expected = world.expected.as_ref().unwrap();
     // Two groups: both processors receive every message, on one database, each with a pool of
     // its own whose sessions are named after it.
     let named = |name: &str| format!("{url}?application_name={name}");
@@ -275,8 +281,7 @@ async fn two_processors_handed_the_same_messages_apply_each_once() {
         held.iter().all(|id| inbox.contains(id)),
         "A's held ids committed"
     );
-    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
-    assert_eq!(differences(&observed, &expected), Vec::<String>::new());
+    world.assert_exact().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -291,12 +296,17 @@ async fn both_modes_leave_identical_state() {
         seed: 42,
         ..GeneratorSettings::default()
     };
-    let (records, expected) = generate(input);
-    let kafka = Kafka::new("modes", 3);
-    kafka.send_generated(records).await;
+    let world = Scenario::new("modes_batched")
+        .topic("modes")
+        .mock()
+        .partitions(3)
+        .generated(input)
+        .build()
+        .await;
+    let kafka = world.kafka();
 
-    let (_, batched) = fresh_db("modes_batched").await;
-    let (_, per_message) = fresh_db("modes_per_message").await;
+    let (_, batched) = world.db();
+    let (_, per_message) = world.database("modes_per_message").await;
     let b = drain(
         config(kafka.settings("batched"), Mode::Batched, 500),
         &batched,
@@ -322,23 +332,28 @@ async fn both_modes_leave_identical_state() {
     assert_eq!(tb, tables(&per_message).await);
     assert!(tb.dead_letters.iter().any(|d| d.3 == "insufficient_funds"));
     assert!(tb.dead_letters.iter().any(|d| d.3 == "invalid_payload"));
-    let observed = observe(&**batched.get().await.unwrap()).await.unwrap();
-    assert_eq!(differences(&observed, &expected), Vec::<String>::new());
+    world.assert_exact().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insufficient_funds_respects_per_account_order() {
     for mode in [Mode::Batched, Mode::PerMessage] {
         let name = format!("order_{mode:?}").to_lowercase();
-        let (_, pool) = fresh_db(&name).await;
-        let kafka = Kafka::new(&name, 1);
-        // account 1: +10, -15 (refused: 10 < 15), +10, -15 (accepted: 20 - 15 = 5)
-        for (i, amount) in [10, -15, 10, -15].into_iter().enumerate() {
-            kafka.send_entry(0, &uuid(i as u32), 1, amount).await;
-        }
-        // account 2: a first debit is refused, and still creates the account at 0
-        kafka.send_entry(0, &uuid(10), 2, -1).await;
-        let stats = drain(config(kafka.settings("g"), mode, 100), &pool).await;
+        let world = Scenario::new(&name)
+            .topic(&name)
+            .mock()
+            // account 1: +10, -15 (refused: 10 < 15), +10, -15 (accepted: 20 - 15 = 5)
+            .entries(
+                (0..4)
+                    .zip([10, -15, 10, -15])
+                    .map(|(i, a)| (0, uuid(i), 1, a)),
+            )
+            // account 2: a first debit is refused, and still creates the account at 0
+            .entry(0, &uuid(10), 2, -1)
+            .build()
+            .await;
+        let pool = world.pool.clone();
+        let stats = drain(config(world.settings("g"), mode, 100), &pool).await;
         assert_eq!((stats.new, stats.rejected), (5, 2), "{mode:?}");
         let t = tables(&pool).await;
         assert_eq!(t.balances, vec![(1, 5), (2, 0)], "{mode:?}");

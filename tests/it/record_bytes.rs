@@ -3,19 +3,17 @@
 //! and the partition moves on. Also: a record larger than the batch byte limit is applied alone.
 
 use crate::common;
-use crate::common::broker;
 use crate::common::raw_producer;
+use crate::common::scenario::{Scenario, World};
 use std::time::Duration;
 
 use batch_inbox::message::{Header, RawMessage};
-use batch_inbox::KafkaSettings;
 use batch_inbox::Mode;
 use batch_inbox::StatsSnapshot;
-use broker::Broker;
 use bytes::Bytes;
 use common::*;
 use deadpool_postgres::Pool;
-use raw_producer::{RawProducer, RawRecord};
+use raw_producer::RawRecord;
 use serde_json::json;
 
 /// A ledger record of `account` on partition 0 with id header `id`.
@@ -50,26 +48,15 @@ fn as_raw(r: &RawRecord) -> RawMessage {
     }
 }
 
-async fn produce(broker: &Broker, topic: &str, records: &[RawRecord]) {
-    batch_inbox_tools::produce::ensure_topic(&broker.addr, topic, 1)
-        .await
-        .unwrap();
-    let mut producer = RawProducer::new(&broker.addr, topic);
-    for r in records {
-        producer.send(r);
-    }
-    producer.flush();
-}
-
-/// Runs a ledger processor over `topic` until it is drained; panics if it stops with an error.
-async fn drain_topic(broker: &Broker, topic: &str, pool: &Pool, max_bytes: usize) -> StatsSnapshot {
-    let mut kafka = KafkaSettings::new(&broker.addr, topic, Broker::group(topic, "g"));
-    kafka.partition_eof = true;
+/// Runs a ledger processor over the world's topic until it is drained; panics if it stops with
+/// an error.
+async fn drain_topic(world: &World, max_bytes: usize) -> StatsSnapshot {
+    let kafka = world.settings("g");
     // Batches close on bytes or at the end of the partition only: linger batching, so that the
     // batches' shapes are the byte limit's, whatever reaches the worker when.
     let mut cfg = with_linger(config(kafka, Mode::Batched, 100), Duration::from_secs(60));
     cfg.worker.batcher.max_bytes = max_bytes.try_into().unwrap();
-    drain(cfg, pool).await
+    world.run_library(cfg).await
 }
 
 async fn dead_letter(
@@ -90,8 +77,6 @@ async fn dead_letter(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nul_byte_in_the_id_or_another_header_is_dead_lettered_and_the_partition_moves_on() {
-    let broker = Broker::start();
-    let (_, pool) = fresh_db("nul_id").await;
     let mut no_id_nul_value = ledger(b"", 1, 3);
     no_id_nul_value.headers = vec![(b"trace".to_vec(), Some(b"a\0b".to_vec()))];
     let records = [
@@ -100,10 +85,10 @@ async fn a_nul_byte_in_the_id_or_another_header_is_dead_lettered_and_the_partiti
         no_id_nul_value,
         ledger(uuid(2).as_bytes(), 1, 7),
     ];
-    let topic = broker.topic("nul-id");
-    produce(&broker, &topic, &records).await;
+    let world = Scenario::new("nul_id").records(records).build().await;
+    let pool = world.pool.clone();
 
-    let stats = drain_topic(&broker, &topic, &pool, 4 << 20).await;
+    let stats = drain_topic(&world, 4 << 20).await;
     assert_eq!((stats.records, stats.new, stats.invalid), (4, 2, 2));
     let t = tables(&pool).await;
     assert_eq!(t.balances, vec![(1, 12)]);
@@ -119,14 +104,12 @@ async fn a_nul_byte_in_the_id_or_another_header_is_dead_lettered_and_the_partiti
     assert_eq!(headers, json!([{"key": "trace", "value_hex": "610062"}]));
 
     // The offsets moved past them: the same group has nothing left to read.
-    let again = drain_topic(&broker, &topic, &pool, 4 << 20).await;
+    let again = drain_topic(&world, 4 << 20).await;
     assert_eq!(again.records, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_header_name_that_is_not_utf8_or_holds_a_nul_stops_nothing() {
-    let broker = Broker::start();
-    let (_, pool) = fresh_db("binary_header_name").await;
     let mut applied_anyway = ledger(uuid(1).as_bytes(), 2, 5);
     applied_anyway
         .headers
@@ -144,10 +127,13 @@ async fn a_header_name_that_is_not_utf8_or_holds_a_nul_stops_nothing() {
         cut_name,
         ledger(uuid(3).as_bytes(), 2, 7),
     ];
-    let topic = broker.topic("binary-header-name");
-    produce(&broker, &topic, &records).await;
+    let world = Scenario::new("binary_header_name")
+        .records(records)
+        .build()
+        .await;
+    let pool = world.pool.clone();
 
-    let stats = drain_topic(&broker, &topic, &pool, 4 << 20).await;
+    let stats = drain_topic(&world, 4 << 20).await;
     assert_eq!((stats.records, stats.new, stats.invalid), (4, 2, 2));
     assert_eq!(tables(&pool).await.balances, vec![(2, 12)]);
     let (reason, _, _, headers) = dead_letter(&pool, 1).await;
@@ -164,8 +150,6 @@ async fn a_header_name_that_is_not_utf8_or_holds_a_nul_stops_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_larger_than_the_batch_byte_limit_is_applied_alone() {
-    let broker = Broker::start();
-    let (_, pool) = fresh_db("big_record").await;
     let small = |n: u32| ledger(uuid(n).as_bytes(), 3, 1);
     let mut big = ledger(uuid(4).as_bytes(), 3, 10);
     let value = big.value.as_mut().unwrap();
@@ -183,10 +167,10 @@ async fn a_record_larger_than_the_batch_byte_limit_is_applied_alone() {
     let size = |r: &RawRecord| as_raw(r).size_bytes();
     let limit = 3 * size(&records[0]) + size(&records[0]) / 2;
     assert!(size(&records[3]) > limit + 10_000);
-    let topic = broker.topic("big-record");
-    produce(&broker, &topic, &records).await;
+    let world = Scenario::new("big_record").records(records).build().await;
+    let pool = world.pool.clone();
 
-    let stats = drain_topic(&broker, &topic, &pool, limit).await;
+    let stats = drain_topic(&world, limit).await;
     assert_eq!((stats.records, stats.new, stats.duplicates), (7, 7, 0));
     assert_eq!(tables(&pool).await.balances, vec![(3, 16)]);
     assert_eq!(

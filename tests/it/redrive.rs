@@ -11,15 +11,14 @@ use std::time::Duration;
 
 use batch_inbox::ledger::Ledger;
 use batch_inbox::redrive::{self, RedriveReport, Selection};
-use batch_inbox::KafkaSettings;
 use batch_inbox::Mode;
 use deadpool_postgres::Pool;
 
-use crate::common::broker::Broker;
 use crate::common::child::{Finished, Running};
 use crate::common::raw_producer::RawRecord;
-use crate::common::{self, fresh_db, uuid};
-use crate::sql_handler::{produce, record};
+use crate::common::scenario::{Scenario, World};
+use crate::common::{self, uuid};
+use crate::sql_handler::record;
 
 #[cfg(feature = "failpoints")]
 mod crash;
@@ -48,23 +47,15 @@ pub(crate) fn entry(id: &str, account: i64, amount: i64) -> RawRecord {
     }
 }
 
-fn settings(broker: &Broker, topic: &str, group: &str) -> KafkaSettings {
-    let mut kafka = KafkaSettings::new(&broker.addr, topic, Broker::group(topic, group));
-    kafka.partition_eof = true;
-    kafka
-}
-
-/// Runs the ledger pipeline over `topic` for `group` to its end.
+/// Runs the ledger pipeline over the world's topic for `group` to its end.
 pub(crate) async fn pipeline(
-    pool: &Pool,
-    broker: &Broker,
-    topic: &str,
+    world: &World,
     group: &str,
     dedup_window: Option<Duration>,
 ) -> batch_inbox::StatsSnapshot {
-    let mut config = common::config(settings(broker, topic, group), Mode::Batched, 50);
+    let mut config = common::config(world.settings(group), Mode::Batched, 50);
     config.dedup_window = dedup_window;
-    common::drain(config, pool).await
+    world.run_library(config).await
 }
 
 /// `batch-inbox dead-letters redrive --database-url URL extra…`, at most 60 s.
@@ -203,12 +194,13 @@ fn refused_offsets() -> [i64; 4] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_messages_are_applied_once_after_the_constraint_is_dropped() {
-    let broker = Broker::start();
-    let topic = broker.topic("redrive-check");
-    let (url, pool) = fresh_db("redrive_check").await;
+    let world = Scenario::new("redrive_check")
+        .records(ledger_records())
+        .build()
+        .await;
+    let (url, pool) = world.db();
     exec(&pool, NO_SEVEN).await;
-    produce(&broker, &topic, 1, &ledger_records()).await;
-    pipeline(&pool, &broker, &topic, "g", None).await;
+    pipeline(&world, "g", None).await;
     let parked = |attempts| -> Vec<Letter> {
         let mut l: Vec<Letter> = refused_offsets()
             .iter()
@@ -270,7 +262,7 @@ async fn refused_messages_are_applied_once_after_the_constraint_is_dropped() {
     let second = redrive_bin(&url, &[], &[]).await;
     assert_eq!(report(&second), RedriveReport::default());
     assert_eq!(state(&pool).await, done);
-    pipeline(&pool, &broker, &topic, "replay", None).await;
+    pipeline(&world, "replay", None).await;
     assert_eq!(state(&pool).await, done);
 }
 
@@ -290,21 +282,22 @@ fn old_v7(days: u64, n: u8) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_applied_meanwhile_under_another_position_is_a_duplicate() {
-    let broker = Broker::start();
-    let topic = broker.topic("redrive-duplicate");
-    let (url, pool) = fresh_db("redrive_duplicate").await;
     let (x, y) = (old_v7(2, 1), old_v7(2, 2));
-    produce(&broker, &topic, 1, &[entry(&x, 1, 5), entry(&y, 1, 7)]).await;
+    let world = Scenario::new("redrive_duplicate")
+        .records([entry(&x, 1, 5), entry(&y, 1, 7)])
+        .build()
+        .await;
+    let (url, pool) = world.db();
     let day = Some(Duration::from_secs(86_400));
-    pipeline(&pool, &broker, &topic, "g", day).await;
+    pipeline(&world, "g", day).await;
     // Held back by the guard: not selected by default.
     assert_eq!(
         report(&redrive_bin(&url, &[], &[]).await),
         RedriveReport::default()
     );
     // A copy of x arrives later and is applied (no guard on this run).
-    produce(&broker, &topic, 1, &[entry(&x, 1, 5)]).await;
-    pipeline(&pool, &broker, &topic, "g", None).await;
+    world.produce(&[entry(&x, 1, 5)]);
+    pipeline(&world, "g", None).await;
     assert_eq!(state(&pool).await.tables.balances, vec![(1, 5)]);
 
     let run = redrive_bin(&url, &["--reason", "outside_dedup_window"], &[]).await;
@@ -328,27 +321,26 @@ async fn a_message_applied_meanwhile_under_another_position_is_a_duplicate() {
     );
 }
 
-/// `n` entries, every other one for account 7 (refused while [`NO_SEVEN`] holds), parked by the
-/// pipeline; returns the refused ones' total.
-pub(crate) async fn parked_sevens(pool: &Pool, broker: &Broker, name: &str, n: i64) -> i64 {
-    let topic = broker.topic(name);
-    exec(pool, NO_SEVEN).await;
+/// Database and topic `name`: `n` entries, every other one for account 7 (refused while
+/// [`NO_SEVEN`] holds), parked by the pipeline; returns the world and the refused ones' total.
+pub(crate) async fn parked_sevens(name: &str, n: i64) -> (World, i64) {
     let records: Vec<RawRecord> = (0..n)
         .map(|i| entry(&uuid(i as u32 + 1), if i % 2 == 0 { 7 } else { 8 }, i + 1))
         .collect();
-    produce(broker, &topic, 1, &records).await;
-    pipeline(pool, broker, &topic, "g", None).await;
+    let world = Scenario::new(name).records(records).build().await;
+    let pool = &world.pool;
+    exec(pool, NO_SEVEN).await;
+    pipeline(&world, "g", None).await;
     let parked = crate::sql_handler::count(pool, "SELECT count(*) FROM dead_letters").await;
     assert_eq!(parked, (n + 1) / 2);
     exec(pool, "ALTER TABLE balances DROP CONSTRAINT no_seven").await;
-    (0..n).filter(|i| i % 2 == 0).map(|i| i + 1).sum()
+    (world, (0..n).filter(|i| i % 2 == 0).map(|i| i + 1).sum())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_redrives_at_once_apply_each_message_once() {
-    let broker = Broker::start();
-    let (_, pool) = fresh_db("redrive_concurrent").await;
-    let total = parked_sevens(&pool, &broker, "redrive-concurrent", 120).await;
+    let (world, total) = parked_sevens("redrive_concurrent", 120).await;
+    let pool = world.pool.clone();
     let other_url = common::db_url(&common::db_name("redrive_concurrent"));
     let other = batch_inbox::db::connect(&other_url, 2).await.unwrap();
     let mut selection = Selection::new("id");

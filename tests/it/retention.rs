@@ -3,6 +3,7 @@
 
 use crate::common;
 use crate::common::retention as retention_helpers;
+use crate::common::scenario::Scenario;
 use std::time::{Duration, Instant, SystemTime};
 
 use batch_inbox::retention::{self, Layout};
@@ -92,16 +93,19 @@ async fn the_processed_at_index_leaves_uuidv7_rows_to_the_primary_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_inside_the_window_is_still_caught_after_cleanup() {
-    let (_, pool) = fresh_db("window_dup").await;
-    let kafka = Kafka::new("window-dup", 1);
     let now = SystemTime::now();
     let inside = v7_at(now - DAY).to_string();
     let expired_v4 = uuid(1);
-    kafka.send_entry(0, &inside, 5, 10).await;
-    kafka.send_entry(0, &expired_v4, 5, 1).await;
-    let mut cfg = config(kafka.settings("g1"), Mode::Batched, 100);
+    let world = Scenario::new("window_dup")
+        .mock()
+        .entry(0, &inside, 5, 10)
+        .entry(0, &expired_v4, 5, 1)
+        .build()
+        .await;
+    let pool = &world.pool;
+    let mut cfg = config(world.settings("g1"), Mode::Batched, 100);
     cfg.dedup_window = Some(7 * DAY);
-    let first = drain(cfg.clone(), &pool).await;
+    let first = world.run_library(cfg.clone()).await;
     assert_eq!(first.new, 2);
     let c = pool.get().await.unwrap();
     c.execute(
@@ -112,15 +116,15 @@ async fn a_duplicate_inside_the_window_is_still_caught_after_cleanup() {
     .unwrap();
 
     let stop = CancellationToken::new();
-    let report = retention::cleanup(&pool, &settings(7 * DAY, 100), SystemTime::now(), &stop)
+    let report = retention::cleanup(pool, &settings(7 * DAY, 100), SystemTime::now(), &stop)
         .await
         .unwrap();
     assert_eq!(report.rows_deleted, 1);
 
     // The whole topic again, to a group without offsets: the copy inside the window is skipped.
-    kafka.send_entry(0, &inside, 5, 10).await;
-    cfg.kafka = kafka.settings("g2");
-    let again = drain(cfg, &pool).await;
+    world.kafka().send_entry(0, &inside, 5, 10).await;
+    cfg.kafka = world.settings("g2");
+    let again = world.run_library(cfg).await;
     assert_eq!(again.records, 3);
     assert_eq!(
         again.duplicates, 2,
@@ -130,27 +134,27 @@ async fn a_duplicate_inside_the_window_is_still_caught_after_cleanup() {
         again.new, 1,
         "the UUIDv4 id whose row expired cannot be recognised"
     );
-    assert_eq!(tables(&pool).await.balances, vec![(5, 12)]);
+    assert_eq!(tables(pool).await.balances, vec![(5, 12)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guard_dead_letters_an_old_v7_id() {
-    let (_, pool) = fresh_db("guard").await;
-    let kafka = Kafka::new("guard", 1);
     let now = SystemTime::now();
     let old = v7_at(now - 8 * DAY).to_string();
-    kafka.send_entry(0, &v7_at(now).to_string(), 9, 4).await;
-    kafka.send_entry(0, &old, 9, 100).await;
-    kafka.send_entry(0, &uuid(7), 9, 3).await;
-    kafka
-        .send_entry(0, &v7_at(now - 6 * DAY).to_string(), 9, 2)
+    let world = Scenario::new("guard")
+        .mock()
+        .entry(0, &v7_at(now).to_string(), 9, 4)
+        .entry(0, &old, 9, 100)
+        .entry(0, &uuid(7), 9, 3)
+        .entry(0, &v7_at(now - 6 * DAY).to_string(), 9, 2)
+        .build()
         .await;
-    let mut cfg = config(kafka.settings("g"), Mode::Batched, 100);
+    let mut cfg = config(world.settings("g"), Mode::Batched, 100);
     cfg.dedup_window = Some(7 * DAY);
-    let stats = drain(cfg, &pool).await;
+    let stats = world.run_library(cfg).await;
     assert_eq!((stats.records, stats.new, stats.invalid), (4, 3, 1));
 
-    let t = tables(&pool).await;
+    let t = tables(&world.pool).await;
     assert_eq!(t.balances, vec![(9, 9)], "the old id is not applied");
     assert_eq!(t.inbox.len(), 3);
     assert_eq!(
@@ -159,8 +163,8 @@ async fn the_guard_dead_letters_an_old_v7_id() {
     );
 
     // Per-message mode has the same guard.
-    let (_, pool) = fresh_db("guard_pm").await;
-    let mut cfg = config(kafka.settings("g-pm"), Mode::PerMessage, 100);
+    let (_, pool) = world.database("guard_pm").await;
+    let mut cfg = config(world.settings("g-pm"), Mode::PerMessage, 100);
     cfg.dedup_window = Some(7 * DAY);
     let stats = drain(cfg, &pool).await;
     assert_eq!((stats.new, stats.invalid), (3, 1));
@@ -238,33 +242,32 @@ async fn an_unreadable_topic_retention_is_reported_as_unknown_without_blocking_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_with_a_retention_guards_the_window_and_prepares_partitions_before_consuming() {
-    let (url, pool) = fresh_db("run_retention").await;
+    let now = SystemTime::now();
+    let old = v7_at(now - 8 * DAY).to_string();
+    let world = Scenario::new("run_retention")
+        .mock()
+        .entry(0, &old, 2, 50)
+        .entry(0, &v7_at(now).to_string(), 2, 6)
+        .args(&["--retention", "7d", "--partitions-ahead", "2"])
+        .env("RUST_LOG", "info,batch_inbox=debug,rdkafka=warn")
+        .build()
+        .await;
+    let pool = &world.pool;
     let mut c = pool.get().await.unwrap();
     let today = batch_inbox::days::day_of_millis(batch_inbox::days::unix_millis(SystemTime::now()));
     retention::partition::convert(&mut c, today - 5, 0)
         .await
         .unwrap();
-    let kafka = Kafka::new("run-retention", 1);
-    let now = SystemTime::now();
-    let old = v7_at(now - 8 * DAY).to_string();
-    kafka.send_entry(0, &old, 2, 50).await;
-    kafka.send_entry(0, &v7_at(now).to_string(), 2, 6).await;
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_batch-inbox"))
-        .args(["run", "--database-url", &url, "--brokers", &kafka.brokers])
-        .args(["--topic", &kafka.topic, "--group", "g", "--exit-on-eof"])
-        .args(["--retention", "7d", "--partitions-ahead", "2"])
-        .env("RUST_LOG", "info,batch_inbox=debug,rdkafka=warn")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let out = world.run_binary().await;
+    let stderr = &out.stderr;
+    assert!(out.code == Some(0), "{stderr}");
     assert!(
         stderr.contains("cannot read the topic's retention.ms"),
         "{stderr}"
     );
     let days = retention::partition::partition_days(&c).await.unwrap();
     assert_eq!(days, vec![today - 5, today, today + 1, today + 2]);
-    let t = tables(&pool).await;
+    let t = tables(pool).await;
     assert_eq!(t.balances, vec![(2, 6)]);
     assert_eq!(
         t.dead_letters,

@@ -9,8 +9,8 @@ use batch_inbox::ledger::{Entry, Ledger};
 use batch_inbox::message::Message;
 use batch_inbox::HandlerError;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
-use batch_inbox_tools::generate::{generate, GeneratorSettings};
-use batch_inbox_tools::verify::{differences, observe};
+use batch_inbox_tools::generate::GeneratorSettings;
+use common::scenario::Scenario;
 use common::*;
 
 /// The ledger, except that its 2nd and 5th calls kill their own database session mid-transaction.
@@ -37,14 +37,16 @@ impl Handler for Flaky {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_lost_mid_batch_is_retried_without_loss_or_double_effect() {
-    let (_, pool) = fresh_db("retry").await;
-    let kafka = Kafka::new("retry", 1);
-    let (records, expected) = generate(GeneratorSettings {
-        messages: 2_000,
-        accounts: 40,
-        ..GeneratorSettings::default()
-    });
-    kafka.send_generated(records).await;
+    let world = Scenario::new("retry")
+        .mock()
+        .generated(GeneratorSettings {
+            messages: 2_000,
+            accounts: 40,
+            ..GeneratorSettings::default()
+        })
+        .build()
+        .await;
+    let (pool, kafka) = (world.pool.clone(), world.kafka());
     let handler = Arc::new(Flaky {
         calls: AtomicU32::new(0),
     });
@@ -59,6 +61,5 @@ async fn a_connection_lost_mid_batch_is_retried_without_loss_or_double_effect() 
         stats.records, 2_000,
         "each record counted once: failed attempts count nothing"
     );
-    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
-    assert_eq!(differences(&observed, &expected), Vec::<String>::new());
+    world.assert_exact().await;
 }

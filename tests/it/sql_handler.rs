@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::common::broker::Broker;
 use crate::common::child::{Finished, Running};
 use crate::common::raw_producer::{RawProducer, RawRecord};
+use crate::common::scenario::{Scenario, World};
 use crate::common::{fresh_core_db, uuid};
 use deadpool_postgres::Pool;
 
@@ -29,6 +30,48 @@ pub(crate) fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/sql")
         .join(name)
+}
+
+/// The tables of example DDL file `name`.
+pub(crate) fn ddl(name: &str) -> String {
+    std::fs::read_to_string(example(name)).unwrap()
+}
+
+/// A scenario of the SQL handler on the suite's broker: database `db` with the core's tables
+/// alone (a handler's are added with [`Scenario::core_tables`]), topic `topic`; the binary runs
+/// as `--handler sql` with no summary lines, warnings logged.
+pub(crate) fn sql_scenario(db: &str, topic: &str) -> Scenario {
+    Scenario::new(db).topic(topic).core_tables("").args(&[
+        "--handler",
+        "sql",
+        "--log-interval",
+        "0",
+    ])
+}
+
+/// `--apply-sql sql` over the world's topic to its end, on the database at `url` as group
+/// `group` (made the topic's own), with a 200 ms linger and `extra` flags; waits at most 120 s.
+pub(crate) async fn apply(
+    world: &World,
+    url: &str,
+    group: &str,
+    sql: &Path,
+    extra: &[&str],
+) -> Finished {
+    let mut flags = vec!["--apply-sql", sql.to_str().unwrap()];
+    flags.extend(["--batch-linger-ms", "200"]);
+    flags.extend(extra);
+    world.run_binary_on(url, group, &flags).await
+}
+
+/// The runs of a test in both modes: the scenario's database for the batched mode, a fresh one
+/// `per_message_db` for the per-message mode.
+pub(crate) async fn both_modes(
+    world: &World,
+    per_message_db: &str,
+) -> [((String, Pool), &'static str); 2] {
+    let per_message = world.database(per_message_db).await;
+    [(world.db(), "batched"), (per_message, "per-message")]
 }
 
 /// A fresh database of the SQL handler (the core's tables, no ledger) with the tables of
@@ -88,22 +131,6 @@ pub(crate) fn spawn_sql(
     ]);
     args.extend(extra);
     Running::spawn(&args, &[("RUST_LOG", "warn")])
-}
-
-/// [`spawn_sql`] with `--exit-on-eof` and a 200 ms linger; waits at most 120 s.
-pub(crate) async fn run_sql(
-    url: &str,
-    broker: &Broker,
-    topic: &str,
-    group: &str,
-    sql: &Path,
-    extra: &[&str],
-) -> Finished {
-    let mut flags = vec!["--exit-on-eof", "--batch-linger-ms", "200"];
-    flags.extend(extra);
-    spawn_sql(url, broker, topic, group, sql, &flags)
-        .wait(Duration::from_secs(120))
-        .await
 }
 
 /// The counters of a successful run's summary line: records, new, duplicates, invalid, rejected,
@@ -200,9 +227,11 @@ fn customer_records() -> Vec<RawRecord> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn customers_keep_the_latest_state_per_key_applied_once() {
-    let broker = Broker::start();
-    let topic = broker.topic("sql-customers");
-    produce(&broker, &topic, 1, &customer_records()).await;
+    let world = sql_scenario("sql_customers", "sql-customers")
+        .core_tables(&ddl("customers.ddl.sql"))
+        .records(customer_records())
+        .build()
+        .await;
     let expected_customers = vec![
         ("c1".to_owned(), r#"{"v": 3}"#.to_owned(), 7),
         ("c2".to_owned(), r#"{"v": 4}"#.to_owned(), 11),
@@ -210,14 +239,10 @@ async fn customers_keep_the_latest_state_per_key_applied_once() {
     ];
     let no_key = "a customer record needs a key";
     let sql = example("customers.sql");
-    for (db, mode) in [
-        ("sql_customers", "batched"),
-        ("sql_customers_pm", "per-message"),
-    ] {
-        let (url, pool) = db_with(db, "customers.ddl.sql").await;
+    for ((url, pool), mode) in both_modes(&world, "sql_customers_pm").await {
         let flags = ["--mode", mode, "--batch-size", "4"];
         // A group per mode: both read the whole topic.
-        let run = run_sql(&url, &broker, &topic, mode, &sql, &flags).await;
+        let run = apply(&world, &url, mode, &sql, &flags).await;
         // records, new, duplicates, invalid, rejected, poisoned
         assert_eq!(summary(&run), [14, 10, 3, 1, 2, 0], "{mode}");
         assert_eq!(customers(&pool).await, expected_customers, "{mode}");
@@ -234,7 +259,7 @@ async fn customers_keep_the_latest_state_per_key_applied_once() {
         let c = pool.get().await.unwrap();
         c.batch_execute("DELETE FROM inbox").await.unwrap();
         let replay = format!("{mode}-replay");
-        let run = run_sql(&url, &broker, &topic, &replay, &sql, &flags).await;
+        let run = apply(&world, &url, &replay, &sql, &flags).await;
         assert_eq!(summary(&run), [14, 10, 3, 1, 2, 0], "{mode}: replay");
         assert_eq!(customers(&pool).await, expected_customers, "{mode}: replay");
         assert_eq!(dead_letters(&pool).await, letters, "one row per position");
@@ -243,8 +268,6 @@ async fn customers_keep_the_latest_state_per_key_applied_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn page_views_append_once_into_their_time_partitions() {
-    let broker = Broker::start();
-    let topic = broker.topic("sql-page-views");
     let view = |partition, id, path: &str, ts| RawRecord {
         timestamp_ms: Some(ts),
         ..record(
@@ -267,16 +290,17 @@ async fn page_views_append_once_into_their_time_partitions() {
         view(1, 6, "/a", TS_2025),   // p1 o2: copy
         view(1, 8, "/e", TS_2026),   // p1 o3
     ];
-    produce(&broker, &topic, 2, &records).await;
+    let world = sql_scenario("sql_page_views", "sql-page-views")
+        .core_tables(&ddl("page_views.ddl.sql"))
+        .partitions(2)
+        .records(records)
+        .build()
+        .await;
     let sql = example("page_views.sql");
-    for (db, mode) in [
-        ("sql_page_views", "batched"),
-        ("sql_page_views_pm", "per-message"),
-    ] {
-        let (url, pool) = db_with(db, "page_views.ddl.sql").await;
+    for ((url, pool), mode) in both_modes(&world, "sql_page_views_pm").await {
         let flags = ["--mode", mode, "--batch-size", "3"];
         // A group per mode: both read the whole topic.
-        let run = run_sql(&url, &broker, &topic, mode, &sql, &flags).await;
+        let run = apply(&world, &url, mode, &sql, &flags).await;
         assert_eq!(summary(&run), [11, 8, 3, 0, 0, 1], "{mode}");
         let c = pool.get().await.unwrap();
         let rows = c
@@ -315,8 +339,6 @@ async fn page_views_append_once_into_their_time_partitions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_the_statement_refuses_are_dead_lettered_with_its_reasons() {
-    let broker = Broker::start();
-    let topic = broker.topic("sql-orders");
     let order = |id, value: &str| record(0, id, None, value);
     let records = [
         order(1, r#"{"order_id": "o1", "sku": "A", "quantity": 2}"#), // 0
@@ -329,7 +351,11 @@ async fn orders_the_statement_refuses_are_dead_lettered_with_its_reasons() {
         order(7, r#"{"order_id": "o4", "sku": "E", "quantity": 9}"#), // 7: o4 in this batch
         order(2, r#"{"order_id": "o2", "sku": "B", "quantity": 0}"#), // 8: copy
     ];
-    produce(&broker, &topic, 1, &records).await;
+    let world = sql_scenario("sql_orders", "sql-orders")
+        .core_tables(&ddl("orders.ddl.sql"))
+        .records(records)
+        .build()
+        .await;
     let expected_letters = vec![
         letter(2, 2, "invalid_quantity", "order o2"),
         letter(3, 3, "missing_order_id", "order without id"),
@@ -338,11 +364,10 @@ async fn orders_the_statement_refuses_are_dead_lettered_with_its_reasons() {
         letter(7, 7, "duplicate_order", "order o4 exists already"),
     ];
     let sql = example("orders_reject.sql");
-    for (db, mode) in [("sql_orders", "batched"), ("sql_orders_pm", "per-message")] {
-        let (url, pool) = db_with(db, "orders.ddl.sql").await;
+    for ((url, pool), mode) in both_modes(&world, "sql_orders_pm").await {
         let flags = ["--mode", mode, "--batch-size", "4"];
         // A group per mode: both read the whole topic.
-        let run = run_sql(&url, &broker, &topic, mode, &sql, &flags).await;
+        let run = apply(&world, &url, mode, &sql, &flags).await;
         assert_eq!(summary(&run), [9, 7, 2, 0, 5, 0], "{mode}");
         assert_eq!(dead_letters(&pool).await, expected_letters, "{mode}");
         let c = pool.get().await.unwrap();

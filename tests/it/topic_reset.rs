@@ -12,13 +12,13 @@ use std::time::Duration;
 use batch_inbox::ledger::Ledger;
 use batch_inbox::message::key::{id_key, position_key};
 use batch_inbox::message::{IdRules, IdSource};
-use batch_inbox::{KafkaSettings, Mode, RunError};
+use batch_inbox::{Mode, RunError};
 use deadpool_postgres::Pool;
 use uuid::Uuid;
 
-use crate::common::broker::Broker;
-use crate::common::raw_producer::{RawProducer, RawRecord};
-use crate::common::{config, drain, fresh_db};
+use crate::common::raw_producer::RawRecord;
+use crate::common::scenario::Scenario;
+use crate::common::{config, drain};
 
 const ENTRY: &[u8] = br#"{"account_id": 1, "amount": 10}"#;
 
@@ -43,30 +43,23 @@ async fn count(pool: &Pool, table: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_topic_replaced_reset_removes_exactly_the_old_positions_inbox_rows() {
-    let broker = Broker::start();
-    let topic = broker.topic("replaced-reset");
-    batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 1)
-        .await
-        .unwrap();
-    let (_, pool) = fresh_db("topic_replaced_reset").await;
-    let mut producer = RawProducer::new(&broker.addr, &topic);
-    for _ in 0..3 {
-        producer.send(&RawRecord {
-            partition: 0,
-            key: None,
-            value: Some(ENTRY.to_vec()),
-            headers: Vec::new(),
-            timestamp_ms: None,
-        });
-    }
-    producer.flush();
-    let group = Broker::group(&topic, "g");
+    let entry = RawRecord {
+        partition: 0,
+        key: None,
+        value: Some(ENTRY.to_vec()),
+        headers: Vec::new(),
+        timestamp_ms: None,
+    };
+    let world = Scenario::new("topic_replaced_reset")
+        .topic("replaced-reset")
+        .records(vec![entry; 3])
+        .build()
+        .await;
+    let (pool, topic, group) = (world.pool.clone(), world.topic.clone(), world.group("g"));
     let mut ids = IdRules::header("id");
     ids.source = IdSource::Position;
     let by_position = || {
-        let mut kafka = KafkaSettings::new(&broker.addr, &topic, &group);
-        kafka.partition_eof = true;
-        let mut c = config(kafka, Mode::Batched, 50);
+        let mut c = config(world.settings("g"), Mode::Batched, 50);
         c.decoding.ids = ids.clone();
         c
     };

@@ -9,7 +9,8 @@ use std::time::Duration;
 use crate::common;
 use crate::common::broker::Broker;
 use crate::common::group;
-use batch_inbox::{KafkaSettings, Mode};
+use batch_inbox::Mode;
+use common::scenario::Scenario;
 use common::*;
 use group::{db_offsets, inbox_rows, wait_for, OffsetReader};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -62,23 +63,17 @@ fn transaction(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transactional_topic_drains_with_no_aborted_record_applied_and_lag_zero() {
-    let broker = Broker::start();
-    let topic = broker.topic("transactions");
-    batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 2)
-        .await
-        .unwrap();
-    let producer = transactional_producer(&broker, &format!("{topic}-tx"));
+    let world = Scenario::new("transactions").partitions(2).build().await;
+    let (broker, topic) = (world.broker(), world.topic.clone());
+    let producer = transactional_producer(broker, &format!("{topic}-tx"));
     transaction(&producer, &topic, 2, (0, 40), 10, true);
     transaction(&producer, &topic, 2, (40, 10), 1000, false);
     transaction(&producer, &topic, 2, (50, 20), 10, true);
     transaction(&producer, &topic, 2, (70, 6), 1000, false);
     drop(producer);
 
-    let (_url, pool) = fresh_db("transactions").await;
-    let group = Broker::group(&topic, "g");
-    let mut kafka = KafkaSettings::new(&broker.addr, &topic, &group);
-    kafka.partition_eof = true;
-    let stats = drain(config(kafka, Mode::Batched, 16), &pool).await;
+    let (pool, group) = (world.pool.clone(), world.group("g"));
+    let stats = drain(config(world.settings("g"), Mode::Batched, 16), &pool).await;
 
     assert_eq!(stats.new, 60, "the committed records only: {stats:?}");
     assert_eq!(tables(&pool).await.balances, vec![(1, 600)]);

@@ -10,6 +10,7 @@ pub mod http;
 pub mod postgres;
 pub mod raw_producer;
 pub mod retention;
+pub mod scenario;
 pub mod secure_broker;
 
 use std::net::SocketAddr;

@@ -3,15 +3,12 @@
 //! once: the committed batches are marked and applied, the killed one left nothing behind.
 
 use super::{counts, parked_sevens, redrive_bin, report, state};
-use crate::common::broker::Broker;
-use crate::common::fresh_db;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redrive_killed_midway_and_run_again_applies_each_message_once() {
-    let broker = Broker::start();
-    let (url, pool) = fresh_db("redrive_crash").await;
     // 30 parked: entries 1, 3, …, 59 of account 7.
-    let total = parked_sevens(&pool, &broker, "redrive-crash", 60).await;
+    let (world, total) = parked_sevens("redrive_crash", 60).await;
+    let (url, pool) = world.db();
     let flags = ["--batch-size", "10"];
     let crash = [("FAILPOINTS", "redrive_before_commit=2*off->return(crash)")];
     let killed = redrive_bin(&url, &flags, &crash).await;

@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use super::{counts, entry, exec, pipeline, redrive_bin, report, NO_SEVEN};
-use crate::common::broker::Broker;
 use crate::common::child::Running;
 use crate::common::raw_producer::RawRecord;
-use crate::common::{fresh_db, uuid};
-use crate::sql_handler::produce;
+use crate::common::scenario::Scenario;
+use crate::common::uuid;
 
 /// `batch-inbox dead-letters list --database-url URL extra…`: its stdout.
 async fn list(url: &str, extra: &[&str]) -> String {
@@ -24,22 +23,17 @@ async fn list(url: &str, extra: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_shows_position_id_reason_detail_and_redrive_state() {
-    let broker = Broker::start();
-    let topic = broker.topic("redrive-list");
-    let (url, pool) = fresh_db("redrive_list").await;
-    exec(&pool, NO_SEVEN).await;
     let not_a_uuid = RawRecord {
         headers: vec![(b"id".to_vec(), Some(b"order-17".to_vec()))],
         ..entry("", 5, 1)
     };
-    produce(
-        &broker,
-        &topic,
-        1,
-        &[entry(&uuid(1), 7, 3), not_a_uuid, entry(&uuid(2), 5, 4)],
-    )
-    .await;
-    pipeline(&pool, &broker, &topic, "g", None).await;
+    let world = Scenario::new("redrive_list")
+        .records([entry(&uuid(1), 7, 3), not_a_uuid, entry(&uuid(2), 5, 4)])
+        .build()
+        .await;
+    let ((url, pool), topic) = (world.db(), world.topic.clone());
+    exec(&pool, NO_SEVEN).await;
+    pipeline(&world, "g", None).await;
     exec(&pool, "ALTER TABLE balances DROP CONSTRAINT no_seven").await;
     assert_eq!(report(&redrive_bin(&url, &[], &[]).await), counts(1, 0, 0));
     // Selected by its reason and its id as stored: decoded again, fails again, stays.

@@ -2,24 +2,13 @@
 //! partition, offset and Kafka timestamp in `$1`.
 
 use super::{counts, exec, redrive_bin, report};
-use crate::common::broker::Broker;
-use crate::common::fresh_core_db;
 use crate::common::raw_producer::RawRecord;
 use crate::common::uuid;
-use crate::sql_handler::{produce, record};
+use crate::sql_handler::{apply, record, sql_scenario};
 use batch_inbox::redrive::RedriveReport;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sql_handler_gets_a_re_driven_message_as_it_first_would_have() {
-    let broker = Broker::start();
-    let topic = broker.topic("redrive-sql");
-    let (url, pool) = fresh_core_db("redrive_sql").await;
-    exec(
-        &pool,
-        "CREATE TABLE events (message_id uuid PRIMARY KEY, n int NOT NULL CHECK (n % 3 <> 0),
-             partition int, \"offset\" bigint, timestamp_ms bigint, key text)",
-    )
-    .await;
     let dir = std::env::temp_dir().join(format!("bi-redrive-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sql = dir.join("events.sql");
@@ -43,8 +32,17 @@ async fn a_sql_handler_gets_a_re_driven_message_as_it_first_would_have() {
             )
         })
         .collect();
-    produce(&broker, &topic, 2, &records).await;
-    let run = crate::sql_handler::run_sql(&url, &broker, &topic, "g", &sql, &[]).await;
+    let world = sql_scenario("redrive_sql", "redrive-sql")
+        .core_tables(
+            "CREATE TABLE events (message_id uuid PRIMARY KEY, n int NOT NULL CHECK (n % 3 <> 0),
+                 partition int, \"offset\" bigint, timestamp_ms bigint, key text)",
+        )
+        .partitions(2)
+        .records(records)
+        .build()
+        .await;
+    let (url, pool) = world.db();
+    let run = apply(&world, &url, "g", &sql, &[]).await;
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let parked = "SELECT count(*) FROM dead_letters WHERE reason = 'handler_error'";
     assert_eq!(

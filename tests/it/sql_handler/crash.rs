@@ -7,9 +7,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use super::{count, customers, db_with, example, produce, record, run_sql, summary, TS_2026};
-use crate::common::broker::Broker;
-use crate::common::child::Running;
+use super::{apply, count, customers, ddl, example, record, sql_scenario, summary, TS_2026};
 use crate::common::raw_producer::RawRecord;
 use deadpool_postgres::Pool;
 
@@ -46,15 +44,17 @@ fn firsts(records: &[RawRecord]) -> Vec<(usize, &RawRecord)> {
 /// second half; runs again to the end. Returns the restart's counters (see [`summary`]).
 async fn crash_then_restart(
     db: &str,
-    ddl: &str,
+    tables: &str,
     sql: &str,
     records: &[RawRecord],
 ) -> (Pool, [u64; 6]) {
-    let broker = Broker::start();
-    let topic = broker.topic(db);
-    let (url, pool) = db_with(db, ddl).await;
     let (first, rest) = records.split_at(MESSAGES / 2);
-    produce(&broker, &topic, 1, first).await;
+    let world = sql_scenario(db, db)
+        .core_tables(&ddl(tables))
+        .records(first.to_vec())
+        .build()
+        .await;
+    let (url, pool) = world.db();
     let sql = example(sql);
     // A short session: the restart does not wait long for the crashed member's partition.
     let flags = [
@@ -66,24 +66,18 @@ async fn crash_then_restart(
         "-X",
         "heartbeat.interval.ms=500",
     ];
-    let mut args = vec!["run", "--database-url", &url, "--brokers", &broker.addr];
-    let group = Broker::group(&topic, "g");
-    args.extend(["--topic", &topic, "--group", &group, "--log-interval", "0"]);
-    args.extend(["--handler", "sql", "--apply-sql", sql.to_str().unwrap()]);
-    args.extend(["--batch-linger-ms", "200"]);
+    let mut args = vec![
+        "--apply-sql",
+        sql.to_str().unwrap(),
+        "--batch-linger-ms",
+        "200",
+    ];
     args.extend(flags);
-    let crashed = Running::spawn(
-        &args,
-        &[
-            (
-                "FAILPOINTS",
-                "after_commit_before_offset=2*off->return(crash)",
-            ),
-            ("RUST_LOG", "warn"),
-        ],
-    )
-    .wait(Duration::from_secs(120))
-    .await;
+    let failpoint = "after_commit_before_offset=2*off->return(crash)";
+    let crashed = world
+        .spawn_with("g", &args, &[("FAILPOINTS", failpoint)])
+        .wait(Duration::from_secs(120))
+        .await;
     assert_ne!(
         crashed.code,
         Some(0),
@@ -94,8 +88,8 @@ async fn crash_then_restart(
     let at_crash = count(&pool, "SELECT count(*) FROM inbox").await;
     assert!(at_crash >= 3, "three batches committed first: {at_crash}");
 
-    produce(&broker, &topic, 1, rest).await;
-    let restart = run_sql(&url, &broker, &topic, "g", &sql, &flags).await;
+    world.produce(rest);
+    let restart = apply(&world, &url, "g", &sql, &flags).await;
     let counters = summary(&restart);
     let distinct = firsts(records).len() as i64;
     assert!(

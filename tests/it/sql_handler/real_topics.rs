@@ -53,8 +53,6 @@ async fn inbox(pool: &Pool) -> Vec<(String, i32, i64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compacted_topic_with_tombstones_ends_as_its_latest_state() {
-    let broker = Broker::start();
-    let topic = broker.topic("sql-tombstones");
     let p0 = [
         upsert(0, 1, "c1", 1),
         upsert(0, 2, "c2", 2),
@@ -69,11 +67,16 @@ async fn a_compacted_topic_with_tombstones_ends_as_its_latest_state() {
     ];
     let p1 = [upsert(1, 7, "d1", 7), tombstone(1, "d1")];
     let records: Vec<RawRecord> = p0.iter().chain(&p1).cloned().collect();
-    produce(&broker, &topic, 2, &records).await;
-    let (url, pool) = db_with("sql_tombstones", "customers.ddl.sql").await;
+    let world = sql_scenario("sql_tombstones", "sql-tombstones")
+        .core_tables(&ddl("customers.ddl.sql"))
+        .partitions(2)
+        .records(records)
+        .build()
+        .await;
+    let ((url, pool), topic) = (world.db(), world.topic.clone());
     let sql = example("customers.sql");
     // Small batches: the upsert, the delete and the re-creation of c3 land in different ones.
-    let run = run_sql(&url, &broker, &topic, "g", &sql, &["--batch-size", "2"]).await;
+    let run = apply(&world, &url, "g", &sql, &["--batch-size", "2"]).await;
     assert_eq!(summary(&run), [11, 10, 1, 0, 0, 0]);
     let expected = vec![
         ("c1".to_owned(), "{\"n\": 3}".to_owned(), 2),
@@ -93,7 +96,7 @@ async fn a_compacted_topic_with_tombstones_ends_as_its_latest_state() {
     keys.sort_by_key(|(_, p, o)| (*p, *o));
     assert_eq!(inbox(&pool).await, keys);
 
-    let replay = run_sql(&url, &broker, &topic, "replay", &sql, &[]).await;
+    let replay = apply(&world, &url, "replay", &sql, &[]).await;
     assert_eq!(
         summary(&replay),
         [11, 0, 11, 0, 0, 0],
@@ -103,16 +106,8 @@ async fn a_compacted_topic_with_tombstones_ends_as_its_latest_state() {
     assert_eq!(inbox(&pool).await.len(), 10);
 
     // Dead-lettered on request instead.
-    let (url2, pool2) = db_with("sql_tombstones_dl", "customers.ddl.sql").await;
-    let refused = run_sql(
-        &url2,
-        &broker,
-        &topic,
-        "dl",
-        &sql,
-        &["--tombstones", "dead-letter"],
-    )
-    .await;
+    let (url2, pool2) = world.database("sql_tombstones_dl").await;
+    let refused = apply(&world, &url2, "dl", &sql, &["--tombstones", "dead-letter"]).await;
     assert_eq!(
         summary(&refused)[3],
         4,
@@ -133,8 +128,6 @@ async fn a_compacted_topic_with_tombstones_ends_as_its_latest_state() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cloudevents_with_string_ids_are_applied_once_per_id() {
-    let broker = Broker::start();
-    let topic = broker.topic("sql-cloudevents");
     let uuid_upper = "0191E5A0-0000-7000-8000-0000000000AB";
     let uuid_lower = "0191e5a0-0000-7000-8000-0000000000ab";
     let event = |id: &[u8], n: u32| {
@@ -162,11 +155,15 @@ async fn cloudevents_with_string_ids_are_applied_once_per_id() {
         event(b"", 8),                   // empty: not an id
         raw(0, &[("ce_type", b"x")], None, Some("{}")), // no ce_id
     ];
-    produce(&broker, &topic, 1, &records).await;
-    let (url, pool) = db_with("sql_cloudevents", "events.ddl.sql").await;
+    let world = sql_scenario("sql_cloudevents", "sql-cloudevents")
+        .core_tables(&ddl("events.ddl.sql"))
+        .records(records)
+        .build()
+        .await;
+    let ((url, pool), topic) = (world.db(), world.topic.clone());
     let sql = example("events.sql");
     let flags = ["--id-header", "ce_id", "--id-format", "any"];
-    let run = run_sql(&url, &broker, &topic, "g", &sql, &flags).await;
+    let run = apply(&world, &url, "g", &sql, &flags).await;
     assert_eq!(summary(&run), [9, 5, 2, 2, 0, 0]);
     let c = pool.get().await.unwrap();
     let rows = c
@@ -215,22 +212,14 @@ async fn cloudevents_with_string_ids_are_applied_once_per_id() {
             (8, None, "missing_id".to_owned())
         ]
     );
-    let replay = run_sql(&url, &broker, &topic, "replay", &sql, &flags).await;
+    let replay = apply(&world, &url, "replay", &sql, &flags).await;
     assert_eq!(summary(&replay), [9, 0, 7, 2, 0, 0]);
     assert_eq!(count(&pool, "SELECT count(*) FROM events").await, 5);
     assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 5);
 
     // Today's rule by default: only UUIDs are ids.
-    let (url2, pool2) = db_with("sql_cloudevents_uuid", "events.ddl.sql").await;
-    let strict = run_sql(
-        &url2,
-        &broker,
-        &topic,
-        "uuid",
-        &sql,
-        &["--id-header", "ce_id"],
-    )
-    .await;
+    let (url2, pool2) = world.database("sql_cloudevents_uuid").await;
+    let strict = apply(&world, &url2, "uuid", &sql, &["--id-header", "ce_id"]).await;
     assert_eq!(summary(&strict), [9, 1, 1, 7, 0, 0]);
     assert_eq!(count(&pool2, "SELECT count(*) FROM events").await, 1);
 }
@@ -247,14 +236,9 @@ fn elements_sql(dir: &Path) -> PathBuf {
     path
 }
 
-async fn elements_db(name: &str) -> (String, Pool) {
-    let (url, pool) = fresh_core_db(name).await;
-    let c = pool.get().await.unwrap();
-    c.batch_execute("CREATE TABLE elements (message_id uuid PRIMARY KEY, element jsonb NOT NULL)")
-        .await
-        .unwrap();
-    (url, pool)
-}
+/// The table of [`elements_sql`].
+const ELEMENTS: &str =
+    "CREATE TABLE elements (message_id uuid PRIMARY KEY, element jsonb NOT NULL)";
 
 /// `(message_id, the element's fields named in `fields`)` of every element, in offset order.
 async fn elements(pool: &Pool, fields: &[&str]) -> Vec<(String, serde_json::Value)> {
@@ -287,20 +271,23 @@ fn temp_dir(name: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_can_come_from_keys_or_positions() {
-    let broker = Broker::start();
-    let topic = broker.topic("sql-id-sources");
     let records = [
         raw(0, &[], Some("customer-1"), Some("{\"v\": 1}")),
         raw(0, &[], Some("customer-2"), Some("{\"v\": 2}")),
         raw(0, &[], Some("customer-1"), Some("{\"v\": 3}")), // the same key: a duplicate
         raw(0, &[], None, Some("{\"v\": 4}")),               // no key: missing_id by key
     ];
-    produce(&broker, &topic, 1, &records).await;
+    let world = sql_scenario("sql_id_from_key", "sql-id-sources")
+        .core_tables(ELEMENTS)
+        .records(records)
+        .build()
+        .await;
+    let topic = world.topic.clone();
     let sql = elements_sql(&temp_dir("id-sources"));
 
-    let (url, pool) = elements_db("sql_id_from_key").await;
+    let (url, pool) = world.db();
     let by_key = ["--id-from", "key", "--id-format", "any"];
-    let run = run_sql(&url, &broker, &topic, "key", &sql, &by_key).await;
+    let run = apply(&world, &url, "key", &sql, &by_key).await;
     assert_eq!(summary(&run), [4, 2, 1, 1, 0, 0]);
     let fields = ["id", "key", "value"];
     assert_eq!(
@@ -316,12 +303,12 @@ async fn ids_can_come_from_keys_or_positions() {
             ),
         ]
     );
-    let replay = run_sql(&url, &broker, &topic, "key-replay", &sql, &by_key).await;
+    let replay = apply(&world, &url, "key-replay", &sql, &by_key).await;
     assert_eq!(summary(&replay), [4, 0, 3, 1, 0, 0]);
 
-    let (url, pool) = elements_db("sql_id_from_position").await;
+    let (url, pool) = world.database("sql_id_from_position").await;
     let by_position = ["--id-from", "position"];
-    let run = run_sql(&url, &broker, &topic, "pos", &sql, &by_position).await;
+    let run = apply(&world, &url, "pos", &sql, &by_position).await;
     assert_eq!(
         summary(&run),
         [4, 4, 0, 0, 0, 0],
@@ -335,15 +322,13 @@ async fn ids_can_come_from_keys_or_positions() {
         })
         .collect();
     assert_eq!(got, expected);
-    let replay = run_sql(&url, &broker, &topic, "pos-replay", &sql, &by_position).await;
+    let replay = apply(&world, &url, "pos-replay", &sql, &by_position).await;
     assert_eq!(summary(&replay), [4, 0, 4, 0, 0, 0]);
     assert_eq!(count(&pool, "SELECT count(*) FROM elements").await, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_can_be_text_or_bytes() {
-    let broker = Broker::start();
-    let topic = broker.topic("sql-value-formats");
     let id = |n: u32| uuid(n).into_bytes();
     let value = |n: u32, v: Option<&[u8]>| RawRecord {
         partition: 0,
@@ -360,13 +345,17 @@ async fn values_can_be_text_or_bytes() {
         value(5, None),
         value(6, Some(b"{\"json\": true}")),
     ];
-    produce(&broker, &topic, 1, &records).await;
+    let world = sql_scenario("sql_value_text", "sql-value-formats")
+        .core_tables(ELEMENTS)
+        .records(records)
+        .build()
+        .await;
     let sql = elements_sql(&temp_dir("value-formats"));
     let fields = ["tombstone", "value"];
 
-    let (url, pool) = elements_db("sql_value_text").await;
+    let (url, pool) = world.db();
     let text = ["--value-format", "text"];
-    let run = run_sql(&url, &broker, &topic, "text", &sql, &text).await;
+    let run = apply(&world, &url, "text", &sql, &text).await;
     assert_eq!(summary(&run), [6, 4, 0, 2, 0, 0]);
     assert_eq!(
         elements(&pool, &fields).await,
@@ -391,9 +380,9 @@ async fn values_can_be_text_or_bytes() {
     let invalid = |o| (o, "invalid_payload".to_owned());
     assert_eq!(letters, [invalid(2), invalid(3)], "not UTF-8, and a NUL");
 
-    let (url, pool) = elements_db("sql_value_bytes").await;
+    let (url, pool) = world.database("sql_value_bytes").await;
     let bytes = ["--value-format", "bytes"];
-    let run = run_sql(&url, &broker, &topic, "bytes", &sql, &bytes).await;
+    let run = apply(&world, &url, "bytes", &sql, &bytes).await;
     assert_eq!(summary(&run), [6, 6, 0, 0, 0, 0]);
     let hex = |h: &str| json!({"tombstone": false, "value": {"hex": h}});
     assert_eq!(
@@ -407,6 +396,6 @@ async fn values_can_be_text_or_bytes() {
             (uuid(6), hex("7b226a736f6e223a20747275657d")),
         ]
     );
-    let replay = run_sql(&url, &broker, &topic, "bytes-replay", &sql, &bytes).await;
+    let replay = apply(&world, &url, "bytes-replay", &sql, &bytes).await;
     assert_eq!(summary(&replay), [6, 0, 6, 0, 0, 0]);
 }

@@ -20,8 +20,6 @@ WHERE m.value ->> 'reason' = 'too_big'";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejection_rows_with_a_bad_reason_never_stop_the_partition() {
-    let broker = Broker::start();
-    let topic = broker.topic("sql-bad-rejections");
     let records = [
         record(0, 1, None, r#"{"reason": "too_big"}"#), // 0: a valid name
         record(0, 2, None, r#"{"reason": "Not Valid"}"#), // 1: not a name
@@ -29,11 +27,14 @@ async fn rejection_rows_with_a_bad_reason_never_stop_the_partition() {
         record(0, 5, None, r#"{"reason": null}"#),      // 3: NULL
         record(0, 6, None, "{}"),                       // 4
     ];
-    produce(&broker, &topic, 1, &records).await;
-    let (url, pool) = fresh_core_db("sql_bad_rejections").await;
+    let world = sql_scenario("sql_bad_rejections", "sql-bad-rejections")
+        .records(records)
+        .build()
+        .await;
+    let (url, pool) = world.db();
     let file = std::env::temp_dir().join(format!("by-value-{}.sql", std::process::id()));
     std::fs::write(&file, BY_VALUE).unwrap();
-    let run = run_sql(&url, &broker, &topic, "g", &file, &["--batch-size", "6"]).await;
+    let run = apply(&world, &url, "g", &file, &["--batch-size", "6"]).await;
     let _ = std::fs::remove_file(&file);
     assert_eq!(summary(&run), [5, 5, 0, 0, 3, 0]);
     let letters = dead_letters(&pool).await;
@@ -57,15 +58,16 @@ async fn rejection_rows_with_a_bad_reason_never_stop_the_partition() {
 /// statement runs, which then applies every message once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejection_row_naming_a_foreign_id_stalls_until_the_statement_is_fixed() {
-    let broker = Broker::start();
-    let topic = broker.topic("sql-foreign-rejection");
     let records = [
         record(0, 1, None, r#"{"reason": "too_big"}"#),
         record(0, 2, None, r#"{"foreign": 1}"#),
         record(0, 3, None, "{}"),
     ];
-    produce(&broker, &topic, 1, &records).await;
-    let (url, pool) = fresh_core_db("sql_foreign_rejection").await;
+    let world = sql_scenario("sql_foreign_rejection", "sql-foreign-rejection")
+        .records(records)
+        .build()
+        .await;
+    let (url, pool) = world.db();
     let dir = std::env::temp_dir();
     let (bad_file, fixed_file) = (
         dir.join(format!("by-value-foreign-{}.sql", std::process::id())),
@@ -74,14 +76,13 @@ async fn a_rejection_row_naming_a_foreign_id_stalls_until_the_statement_is_fixed
     std::fs::write(&bad_file, BY_VALUE).unwrap();
     std::fs::write(&fixed_file, BY_VALUE_FIXED).unwrap();
 
-    let running = spawn_sql(
-        &url,
-        &broker,
-        &topic,
-        "g",
-        &bad_file,
-        &["--batch-size", "6"],
-    );
+    let bad = [
+        "--apply-sql",
+        bad_file.to_str().unwrap(),
+        "--batch-size",
+        "6",
+    ];
+    let running = world.spawn("g", &bad);
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     while !running.stderr_lines().iter().any(|l| {
         l.contains("partition stalled, not the message's fault")
@@ -99,15 +100,7 @@ async fn a_rejection_row_naming_a_foreign_id_stalls_until_the_statement_is_fixed
     assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 0);
     assert_eq!(count(&pool, "SELECT count(*) FROM dead_letters").await, 0);
 
-    let run = run_sql(
-        &url,
-        &broker,
-        &topic,
-        "g",
-        &fixed_file,
-        &["--batch-size", "6"],
-    )
-    .await;
+    let run = apply(&world, &url, "g", &fixed_file, &["--batch-size", "6"]).await;
     let _ = std::fs::remove_file(&bad_file);
     let _ = std::fs::remove_file(&fixed_file);
     assert_eq!(summary(&run), [3, 3, 0, 0, 1, 0]);

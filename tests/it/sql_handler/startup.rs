@@ -5,10 +5,11 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_that_cannot_run_ends_the_process_before_anything_is_consumed() {
-    let broker = Broker::start();
-    let topic = broker.topic("sql-bad-statement");
-    produce(&broker, &topic, 1, &[record(0, 1, None, "{}")]).await;
-    let (url, pool) = fresh_core_db("sql_bad_statement").await;
+    let world = sql_scenario("sql_bad_statement", "sql-bad-statement")
+        .records([record(0, 1, None, "{}")])
+        .build()
+        .await;
+    let (url, pool) = world.db();
     let dir = std::env::temp_dir().join(format!("bad-sql-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (name, text, reason) in [
@@ -48,7 +49,7 @@ async fn a_statement_that_cannot_run_ends_the_process_before_anything_is_consume
     ] {
         let path = dir.join(name);
         std::fs::write(&path, text).unwrap();
-        let run = run_sql(&url, &broker, &topic, "g", &path, &[]).await;
+        let run = apply(&world, &url, "g", &path, &[]).await;
         assert_eq!(run.code, Some(1), "{name}: {}", run.stderr);
         let line = format!("error: --apply-sql {}: ", path.display());
         let last = run.stderr.lines().last().unwrap_or_default();
@@ -59,7 +60,7 @@ async fn a_statement_that_cannot_run_ends_the_process_before_anything_is_consume
         );
     }
     let missing = dir.join("missing.sql");
-    let run = run_sql(&url, &broker, &topic, "g", &missing, &[]).await;
+    let run = apply(&world, &url, "g", &missing, &[]).await;
     assert_eq!(run.code, Some(1), "{}", run.stderr);
     assert!(
         run.stderr.contains("cannot read the file"),
