@@ -1,6 +1,5 @@
 //! The binary as a running process: its output read line by line while it runs, the address of
-//! its operations listener, and a stop by SIGTERM. Include it with
-//! `#[path = "common/child.rs"] mod child;`.
+//! its operations listener, and a stop by SIGTERM (`common::child`).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};

@@ -1,7 +1,7 @@
 //! Fixtures for fault tests of a running group: a processor in the background, waiting on
 //! conditions, and the two places offsets are kept (Kafka's committed offsets, the database's
 //! `consumer_offsets`), sampled so that tests can check they never go backwards.
-//! Include it with `#[path = "common/group.rs"] mod group;` after `mod common;`.
+//! Used as `common::group`.
 #![allow(dead_code)]
 
 use std::future::Future;

@@ -1,5 +1,5 @@
 //! A minimal HTTP/1.1 GET for the operations endpoints, and polling with a deadline.
-//! Include it with `#[path = "common/http.rs"] mod http;`.
+//! Used as `common::http`.
 #![allow(dead_code)]
 
 use std::future::Future;

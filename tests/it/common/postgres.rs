@@ -1,6 +1,6 @@
 //! A private PostgreSQL server for tests that stop, kill or restart the database: its own data
 //! directory and port, so the shared server on 5432 (and every other test) is never disturbed.
-//! Include it with `#[path = "common/postgres.rs"] mod postgres;`.
+//! Used as `common::postgres`.
 #![allow(dead_code)]
 
 use std::net::TcpListener;

@@ -2,7 +2,7 @@
 //! `rd_kafka_produceva` with a header list built by `rd_kafka_header_add` with explicit sizes
 //! (rdkafka's `OwnedHeaders` takes names as `&str`, and librdkafka's `VTYPE_HEADER` measures a
 //! name with `strlen`, so neither can send a non-UTF-8 name or one containing NUL).
-//! Include it with `#[path = "common/raw_producer.rs"] mod raw_producer;`.
+//! Used as `common::raw_producer`.
 #![allow(dead_code)]
 
 use std::ffi::{c_void, CString};

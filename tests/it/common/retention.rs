@@ -1,5 +1,5 @@
 //! Helpers for the retention tests: rows with chosen times, UUIDv7 ids of chosen days, counts.
-//! Include it with `#[path = "common/retention.rs"] mod retention_helpers;`.
+//! Used as `common::retention`.
 #![allow(dead_code)]
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
