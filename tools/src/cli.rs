@@ -42,6 +42,11 @@ pub enum Command {
     Replay(crate::replay::Args),
     /// A TCP proxy that delays every byte in each direction (a remote database for the load test).
     DelayProxy(crate::delay_proxy::DelayProxyArgs),
+    /// CPU seconds of a run from /proc: a process, the broker, PostgreSQL, the machine
+    /// (`cpu start`, `cpu stop`, or `cpu run -- COMMAND`).
+    Cpu(crate::cpu::sample::CpuArgs),
+    /// Append one result row of scripts/peers/compare.sh (rate and CPU per 1000 records).
+    PeersRow(crate::peers::RowArgs),
 }
 
 /// `summary` flags.

@@ -32,6 +32,8 @@ async fn main() -> std::process::ExitCode {
         Command::Chaos(args) => return chaos(args).await,
         Command::Replay(args) => batch_inbox_tools::replay::replay(args).await,
         Command::DelayProxy(args) => batch_inbox_tools::delay_proxy::serve(args).await,
+        Command::Cpu(args) => batch_inbox_tools::cpu::sample::run(args),
+        Command::PeersRow(args) => batch_inbox_tools::peers::append(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
