@@ -9,7 +9,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::cpu::sample::Figures;
 
@@ -66,29 +67,52 @@ pub fn append(args: &RowArgs) -> Result<()> {
     Ok(())
 }
 
-/// The row: figures in CPU ms per 1000 records (= µs per record), rounded as the table shows
-/// them (wall_s to 0.01 s, CPU to 0.1 ms).
-pub fn row(args: &RowArgs, figures: Option<&Figures>, state: Value) -> Value {
+/// One row, its fields in the table's order.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    work: String,
+    label: String,
+    sink: String,
+    records: u64,
+    wall_s: f64,
+    msgs_per_s: u64,
+    cpu_ms_per_1k: PerThousand,
+    state: Value,
+    note: String,
+}
+
+/// CPU ms per 1000 records (= µs per record).
+#[derive(Debug, Clone, Serialize)]
+struct PerThousand {
+    sink: f64,
+    postgres: f64,
+    broker: f64,
+    machine: f64,
+}
+
+/// The row: figures in CPU ms per 1000 records, rounded as the table shows them (wall_s to
+/// 0.01 s, CPU to 0.1 ms).
+pub fn row(args: &RowArgs, figures: Option<&Figures>, state: Value) -> Row {
     let n = args.records.max(1) as f64;
     let wall = figures.map_or(1.0, |f| f.wall_s);
     let per_1k = |s: Option<f64>| round(s.unwrap_or(0.0) * 1e6 / n, 1);
     let f = figures.cloned().unwrap_or_default();
-    json!({
-        "work": args.work,
-        "label": args.label,
-        "sink": args.sink,
-        "records": args.records,
-        "wall_s": round(wall, 2),
-        "msgs_per_s": (args.records as f64 / wall.max(1e-9)).round() as u64,
-        "cpu_ms_per_1k": {
-            "sink": per_1k(f.process_cpu_s),
-            "postgres": per_1k(f.postgres_cpu_s),
-            "broker": per_1k(f.broker_cpu_s),
-            "machine": per_1k(f.machine_cpu_s),
+    Row {
+        work: args.work.clone(),
+        label: args.label.clone(),
+        sink: args.sink.clone(),
+        records: args.records,
+        wall_s: round(wall, 2),
+        msgs_per_s: (args.records as f64 / wall.max(1e-9)).round() as u64,
+        cpu_ms_per_1k: PerThousand {
+            sink: per_1k(f.process_cpu_s),
+            postgres: per_1k(f.postgres_cpu_s),
+            broker: per_1k(f.broker_cpu_s),
+            machine: per_1k(f.machine_cpu_s),
         },
-        "state": state,
-        "note": args.note,
-    })
+        state,
+        note: args.note.clone(),
+    }
 }
 
 fn round(x: f64, digits: i32) -> f64 {
@@ -99,6 +123,7 @@ fn round(x: f64, digits: i32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn args() -> RowArgs {
         RowArgs {
@@ -122,7 +147,7 @@ mod tests {
             postgres_cpu_s: Some(2.5),
             process_cpu_s: Some(0.5),
         };
-        let r = row(&args(), Some(&f), json!({"rows": 3}));
+        let r = serde_json::to_value(row(&args(), Some(&f), json!({"rows": 3}))).unwrap();
         assert_eq!(r["msgs_per_s"], 5000);
         assert_eq!(r["wall_s"], 4.0);
         assert_eq!(
@@ -133,8 +158,18 @@ mod tests {
     }
 
     #[test]
+    fn the_row_keeps_the_table_s_field_order() {
+        let line = serde_json::to_string(&row(&args(), None, json!({}))).unwrap();
+        let at = |k: &str| line.find(&format!("\"{k}\":")).unwrap();
+        let order = ["work", "label", "sink", "records", "wall_s", "msgs_per_s"];
+        assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])));
+        assert!(line
+            .contains(r#""cpu_ms_per_1k":{"sink":0.0,"postgres":0.0,"broker":0.0,"machine":0.0}"#));
+    }
+
+    #[test]
     fn a_run_without_figures_is_not_measured() {
-        let r = row(&args(), None, json!({}));
+        let r = serde_json::to_value(row(&args(), None, json!({}))).unwrap();
         assert_eq!(r["wall_s"], 1.0);
         assert_eq!(r["msgs_per_s"], 20000);
         assert_eq!(r["cpu_ms_per_1k"]["machine"], 0.0);
