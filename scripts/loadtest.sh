@@ -180,13 +180,8 @@ json.dump({
 PY
 }
 
-best_batched_rate() {
-  python3 - "$runs" <<'PY'
-import json, glob, sys
-rates = [json.load(open(f))["msgs_per_sec"] for f in glob.glob(sys.argv[1] + "/batched-b*.json")]
-print(int(max(rates)) if rates else 1000)
-PY
-}
+# The best batched run's msgs/s (the batch-size sweep), 1000 without one.
+best_batched_rate() { $bench best-rate --runs "$runs" --prefix batched-b --or 1000; }
 
 # latency_run LABEL RATE PROCESSOR-COMMAND…: the processor waits on an empty topic; then input
 # arrives at RATE/s for LATENCY_SECONDS. The command gets --topic and --group.
