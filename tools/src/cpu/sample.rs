@@ -4,8 +4,8 @@
 //! and adds the command's own CPU (its reaped process tree, from `getrusage`).
 //!
 //! Invariant: a figure is written only for a target that was asked for and read at both ends;
-//! one that could not be read at the end is left out with a warning on stderr, never written as
-//! a made-up number. Each figure is the end's reading minus the start's, never below zero.
+//! one that could not be found or read is left out with a warning on stderr, never written as a
+//! made-up number, and never fails the run it measures. Each figure is the end's reading minus the start's, never below zero.
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +48,8 @@ pub struct Targets {
     #[arg(long, value_name = "DIR")]
     pub postgres_data: Option<PathBuf>,
     /// The broker: a pid, or a process name (every process of that name at `start`: java,
-    /// beam.smp, nats-server). Its own CPU, not its children's.
+    /// beam.smp, nats-server; the name as /proc/PID/stat keeps it, 15 bytes at most). Its own
+    /// CPU, not its children's.
     #[arg(long, value_name = "PID|NAME")]
     pub broker: Option<String>,
     /// The whole machine: busy time of every core (/proc/stat: user, nice, system, irq,
@@ -146,7 +147,7 @@ pub struct Figures {
 pub fn run(args: CpuArgs) -> Result<()> {
     match args.command {
         CpuCommand::Start(a) => {
-            let plan = Plan::new(a.pid, &a.targets)?;
+            let plan = Plan::new(a.pid, &a.targets);
             let json = serde_json::to_vec(&plan.read())?;
             std::fs::write(&a.state, json).with_context(|| format!("writing {}", a.state.display()))
         }
@@ -159,7 +160,7 @@ pub fn run(args: CpuArgs) -> Result<()> {
             write(&figures(&before, &after, None), a.out.as_deref())
         }
         CpuCommand::Run(a) => {
-            let plan = Plan::new(None, &a.targets)?;
+            let plan = Plan::new(None, &a.targets);
             let before = plan.read();
             let (program, rest) = a.command.split_first().context("no command")?;
             let status = std::process::Command::new(program)
@@ -202,15 +203,21 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(pid: Option<u32>, t: &Targets) -> Result<Self> {
+    /// The processes of the targets; one that cannot be found is left out (a warning on
+    /// stderr): a run is not failed for want of a measurement.
+    fn new(pid: Option<u32>, t: &Targets) -> Self {
         let postgres = match (&t.postgres_pid, &t.postgres_data) {
             (Some(pid), _) => Some(*pid),
-            (None, Some(dir)) => Some(postmaster_of_data_dir(dir).with_context(|| {
-                format!(
-                    "no postmaster.pid to read in {} (is PostgreSQL running?)",
-                    dir.display()
-                )
-            })?),
+            (None, Some(dir)) => {
+                let pid = postmaster_of_data_dir(dir);
+                if pid.is_none() {
+                    eprintln!(
+                        "cpu: no postmaster.pid readable in {}: PostgreSQL not measured",
+                        dir.display()
+                    );
+                }
+                pid
+            }
             (None, None) => None,
         };
         let broker = match t.broker.as_deref() {
@@ -220,19 +227,21 @@ impl Plan {
                 Err(_) => {
                     let pids = pids_named(b);
                     if pids.is_empty() {
-                        bail!("no process named {b} is running");
+                        eprintln!("cpu: no process named {b} is running: the broker not measured");
+                        None
+                    } else {
+                        Some(pids)
                     }
-                    Some(pids)
                 }
             },
         };
-        Ok(Self {
+        Self {
             hz: super::clock_ticks_per_s(),
             process: pid,
             postgres,
             broker,
             machine: t.machine,
-        })
+        }
     }
 
     /// The plan of a snapshot: the same processes again.
