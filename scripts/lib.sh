@@ -125,35 +125,6 @@ as_postgres() {
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
-# postgres_cpu DATA_DIR: CPU seconds of the PostgreSQL server of DATA_DIR: the postmaster's own
-# and its reaped children's, plus its live children's. A backend that exits moves its time into
-# the postmaster's cutime/cstime, so the difference of two readings counts every backend that ran
-# in between, whenever it ended. 0 when the server is not running.
-postgres_cpu() {
-  python3 - "$1/postmaster.pid" <<'PY'
-import os, sys
-try:
-    pm = open(sys.argv[1]).readline().strip()
-except OSError:
-    print(0); sys.exit()
-def fields(pid):
-    s = open(f"/proc/{pid}/stat").read()
-    return s[s.rindex(")") + 2:].split()
-ticks = 0
-for pid in os.listdir("/proc"):
-    if not pid.isdigit():
-        continue
-    try:
-        f = fields(pid)
-    except OSError:
-        continue
-    if pid == pm:
-        ticks += sum(int(x) for x in f[11:15])  # utime stime cutime cstime
-    elif f[1] == pm:
-        ticks += int(f[11]) + int(f[12])
-print(ticks / os.sysconf("SC_CLK_TCK"))
-PY
-}
 # private_postgres_init DIR PORT [OPTIONS]: initdb (trust auth) and start.
 private_postgres_init() {
   mkdir -p "$1"

@@ -93,28 +93,16 @@ loadtest_broker() {
 
 db_url() { echo "postgres://postgres@127.0.0.1:5432/$1"; }
 
-# CPU seconds used by the whole machine, and by the broker process (0 for an external broker).
-machine_cpu() { awk '/^cpu /{print ($2+$3+$4+$7+$8+$9)/100}' /proc/stat; }
-broker_cpu() {
-  [ -n "$broker_pid" ] || { echo 0; return; }
-  awk '{sub(/.*\) /, ""); print ($12+$13)/100}' "/proc/$broker_pid/stat"
-}
-
-# PostgreSQL's CPU seconds (postgres_cpu in scripts/lib.sh).
-pg_cpu() { postgres_cpu "$pg_data"; }
-
-# cpu_mark LABEL start|stop: where the machine's CPU went during a run.
+# cpu_mark LABEL start|stop: where the machine's CPU went during a run, from `batch-inbox-bench
+# cpu` into $cpu/LABEL.json: the machine, the broker's process (none for an external broker) and
+# PostgreSQL's processes (the postmaster and its backends, ended ones included).
 cpu_mark() {
   if [ "$2" = start ]; then
-    cpu_t0=$(date +%s.%N); cpu_m0=$(machine_cpu); cpu_b0=$(broker_cpu); cpu_p0=$(pg_cpu)
+    local broker=()
+    [ -n "$broker_pid" ] && broker=(--broker "$broker_pid")
+    $bench cpu start --state "$work/cpu.state" --machine --postgres-data "$pg_data" "${broker[@]}"
   else
-    python3 - "$cpu/$1.json" "$cpu_t0" "$(date +%s.%N)" "$cpu_m0" "$(machine_cpu)" "$cpu_b0" \
-      "$(broker_cpu)" "$cpu_p0" "$(pg_cpu)" <<'PY'
-import json, sys
-f, t0, t1, m0, m1, b0, b1, p0, p1 = sys.argv[1], *map(float, sys.argv[2:])
-json.dump({"wall_s": t1 - t0, "machine_cpu_s": m1 - m0, "broker_cpu_s": b1 - b0,
-           "postgres_cpu_s": p1 - p0}, open(f, "w"))
-PY
+    $bench cpu stop --state "$work/cpu.state" --out "$cpu/$1.json"
   fi
 }
 
@@ -192,13 +180,8 @@ json.dump({
 PY
 }
 
-best_batched_rate() {
-  python3 - "$runs" <<'PY'
-import json, glob, sys
-rates = [json.load(open(f))["msgs_per_sec"] for f in glob.glob(sys.argv[1] + "/batched-b*.json")]
-print(int(max(rates)) if rates else 1000)
-PY
-}
+# The best batched run's msgs/s (the batch-size sweep), 1000 without one.
+best_batched_rate() { $bench best-rate --runs "$runs" --prefix batched-b --or 1000; }
 
 # latency_run LABEL RATE PROCESSOR-COMMAND…: the processor waits on an empty topic; then input
 # arrives at RATE/s for LATENCY_SECONDS. The command gets --topic and --group.

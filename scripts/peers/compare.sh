@@ -103,14 +103,11 @@ log "broker: $broker_kind on $KAFKA_BROKERS"
 
 psql_db() { psql -X -q -At -h 127.0.0.1 -U postgres -d "$@"; }
 db_url() { echo "postgres://postgres@127.0.0.1:5432/$1"; }
-proc_cpu() { # CPU seconds of one live process
-  [ -n "$1" ] && [ -r "/proc/$1/stat" ] || { echo 0; return; }
-  awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); print ($12+$13)/hz}' "/proc/$1/stat"
-}
-machine_cpu() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{print ($2+$3+$4+$7+$8+$9)/hz}' /proc/stat; }
-pg_cpu() { postgres_cpu "$(psql_db postgres -c 'SHOW data_directory')"; }
-now() { date +%s.%N; }
-minus() { awk -v a="$1" -v b="$2" 'BEGIN { print a - b }'; }
+# What every run's CPU figures cover (`batch-inbox-bench cpu`): the machine, PostgreSQL's
+# processes (the postmaster and its backends, ended ones included) and the broker's process (not
+# measured for an external broker).
+cpu_targets=(--machine --postgres-data "$(psql_db postgres -c 'SHOW data_directory')")
+[ -n "$broker_pid" ] && cpu_targets+=(--broker "$broker_pid")
 
 # The input, once, for every run.
 topic="peers-$stamp"
@@ -271,21 +268,14 @@ wait_peer() {
   done
 }
 
-# record WORK LABEL SINK WALL SINK_CPU PG_CPU BROKER_CPU MACHINE_CPU FACTS [NOTE]: one result row.
+# record WORK LABEL SINK CPU_JSON FACTS [NOTE]: one result row (`batch-inbox-bench peers-row`):
+# msgs/s and CPU per 1000 records from CPU_JSON (the run's `cpu stop` or `cpu run` figures; the
+# sink's are process_cpu_s), or "" for a kill run (not measured).
 record() {
-  python3 - "$work/rows.jsonl" "$MESSAGES" "$@" <<'PY'
-import json, sys
-f, n, w, label, sink, wall, s, p, b, m, facts = sys.argv[1:12]
-note = sys.argv[12] if len(sys.argv) > 12 else ""
-n = int(n)
-row = {"work": w, "label": label, "sink": sink, "records": n, "wall_s": round(float(wall), 2),
-       "msgs_per_s": round(n / float(wall)),
-       "cpu_ms_per_1k": {"sink": round(float(s) * 1e6 / n, 1), "postgres": round(float(p) * 1e6 / n, 1),
-                         "broker": round(float(b) * 1e6 / n, 1), "machine": round(float(m) * 1e6 / n, 1)},
-       "state": json.loads(facts), "note": note}
-open(f, "a").write(json.dumps(row) + "\n")
-print(json.dumps(row))
-PY
+  local figures=()
+  [ -n "$4" ] && figures=(--cpu "$4")
+  $bench peers-row --rows "$work/rows.jsonl" --records "$MESSAGES" --work "$1" --label "$2" \
+    --sink "$3" "${figures[@]}" --state "$5" --note "${6:-}"
 }
 
 # The work's names: labels of its rows, databases, connectors and groups (the sink "by-id" gets a
@@ -328,17 +318,14 @@ run_peer() {
   # shellcheck disable=SC2046 # peer_args is a list of K=V words
   start_peer "$work/peer" "$KAFKA_BROKERS" "$topic" "$db" CONNECTOR="$(label_of "$w" "peer-$name" "$k")-$stamp" \
     BATCH_SIZE="$4" MAX_POLL="$5" UNNEST="$6" REDUCTION="$7" FLUSH_MS="$FLUSH_MS" $(peer_args "$w" "$k")
-  local t0 s0 p0 b0 m0
-  t0=$(now) s0=$(proc_cpu "$PEER_PID") p0=$(pg_cpu) b0=$(proc_cpu "$broker_pid") m0=$(machine_cpu)
+  $bench cpu start --state "$work/cpu.state" --pid "$PEER_PID" "${cpu_targets[@]}"
   wait_peer "$w" "$db" 900 "$k" || { log "$w: peer $name: no final state in 900 s"; return 1; }
-  local t1 s1 p1 b1 m1
-  t1=$(now) s1=$(proc_cpu "$PEER_PID") p1=$(pg_cpu) b1=$(proc_cpu "$broker_pid") m1=$(machine_cpu)
+  $bench cpu stop --state "$work/cpu.state" --out "$work/cpu.json"
   stop_peer "$work/peer"
   PEER_PID=""
   record "$w" "$(label_of "$w" "connect-$name" "$k")" \
     "Kafka Connect $KAFKA_VERSION + Debezium JDBC sink $PEER_DEBEZIUM_VERSION ($name)" \
-    "$(minus "$t1" "$t0")" "$(minus "$s1" "$s0")" "$(minus "$p1" "$p0")" \
-    "$(minus "$b1" "$b0")" "$(minus "$m1" "$m0")" "$(facts "$w" "$db" "$k")" \
+    "$work/cpu.json" "$(facts "$w" "$db" "$k")" \
     "batch.size=$4 consumer.max.poll.records=$5 unnest=$6 use.reduction.buffer=$7 offset.flush.interval.ms=$FLUSH_MS"
 }
 
@@ -381,41 +368,27 @@ print(f["accounts_right"], f["accounts"], f["abs_error"])')
   fi
 }
 
-# child_cpu CMD...: runs CMD (its stdout dropped) and prints its CPU seconds, user + system, from
-# getrusage; fails as CMD does.
-child_cpu() {
-  python3 -c '
-import resource, subprocess, sys
-rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(r.ru_utime + r.ru_stime)
-sys.exit(rc)' "$@"
-}
-
-# run_ours WORK: batch-inbox on the whole topic with --exit-on-eof, its CPU from getrusage.
+# run_ours WORK: batch-inbox on the whole topic with --exit-on-eof, its CPU from getrusage
+# (`batch-inbox-bench cpu run`).
 run_ours() {
   local w=$1 db
   db=$(db_of "$w" ours)
   fresh_db "$w" "$db"
   DATABASE_URL=$(db_url "$db") $bin migrate --handler sql >/dev/null
   log "$w: batch-inbox run --handler sql --apply-sql $(sql_of "$w") (defaults)"
-  local t0 p0 b0 m0 s
-  t0=$(now) p0=$(pg_cpu) b0=$(proc_cpu "$broker_pid") m0=$(machine_cpu)
-  s=$(child_cpu env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --brokers "$KAFKA_BROKERS" \
+  $bench cpu run --out "$work/cpu.json" "${cpu_targets[@]}" -- \
+    env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --brokers "$KAFKA_BROKERS" \
     --topic "$topic" --group "$(label_of "$w" ours)-$stamp" --handler sql \
-    --apply-sql "$(sql_of "$w")" --exit-on-eof)
-  local t1 p1 b1 m1
-  t1=$(now) p1=$(pg_cpu) b1=$(proc_cpu "$broker_pid") m1=$(machine_cpu)
+    --apply-sql "$(sql_of "$w")" --exit-on-eof >/dev/null
   local inbox
   inbox=$(psql_db "$db" -c "SELECT count(*) FROM inbox")
   check_ours "$w" "$db" "$inbox"
-  record "$w" "$(label_of "$w" batch-inbox)" "batch-inbox run --handler sql" "$(minus "$t1" "$t0")" "$s" \
-    "$(minus "$p1" "$p0")" "$(minus "$b1" "$b0")" "$(minus "$m1" "$m0")" \
+  record "$w" "$(label_of "$w" batch-inbox)" "batch-inbox run --handler sql" "$work/cpu.json" \
     "$(facts "$w" "$db" ours)" "defaults; $(sql_of "$w"); inbox rows $inbox (model: $new)"
 }
 
 # run_ledger: our reference ledger (--handler ledger) on the same records without the envelope,
-# with --exit-on-eof, its CPU from getrusage. The ledger refuses overdrafts (insufficient_funds
+# with --exit-on-eof, its CPU from getrusage (`batch-inbox-bench cpu run`). The ledger refuses overdrafts (insufficient_funds
 # dead letters), so its balances are checked against the model's ledger balances ("balances"),
 # exactly, by `batch-inbox-bench verify` (balances, inbox, dead letters by reason).
 run_ledger() {
@@ -426,12 +399,9 @@ run_ledger() {
     "CREATE TABLE expected_sums (account_id bigint PRIMARY KEY, amount bigint NOT NULL)" >/dev/null
   model_rows balances | psql_db "$db" -c "\\copy expected_sums FROM STDIN"
   log "additive: batch-inbox run --handler ledger on $topic-bare (defaults)"
-  local t0 p0 b0 m0 s
-  t0=$(now) p0=$(pg_cpu) b0=$(proc_cpu "$broker_pid") m0=$(machine_cpu)
-  s=$(child_cpu env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --brokers "$KAFKA_BROKERS" \
-    --topic "$topic-bare" --group "additive-ledger-$stamp" --handler ledger --exit-on-eof)
-  local t1 p1 b1 m1
-  t1=$(now) p1=$(pg_cpu) b1=$(proc_cpu "$broker_pid") m1=$(machine_cpu)
+  $bench cpu run --out "$work/cpu.json" "${cpu_targets[@]}" -- \
+    env DATABASE_URL="$(db_url "$db")" RUST_LOG=warn $bin run --brokers "$KAFKA_BROKERS" \
+    --topic "$topic-bare" --group "additive-ledger-$stamp" --handler ledger --exit-on-eof >/dev/null
   if ! $bench verify --database-url "$(db_url "$db")" --expect "$work/expect.json" >"$work/ledger-verify.log" 2>&1; then
     log "batch-inbox (ledger): not the model:"
     head -n 20 "$work/ledger-verify.log" >&2
@@ -440,8 +410,7 @@ run_ledger() {
   local inbox refused
   inbox=$(psql_db "$db" -c "SELECT count(*) FROM inbox")
   refused=$(psql_db "$db" -c "SELECT count(*) FROM dead_letters WHERE reason = 'insufficient_funds'")
-  record additive additive-batch-inbox-ledger "batch-inbox run --handler ledger" \
-    "$(minus "$t1" "$t0")" "$s" "$(minus "$p1" "$p0")" "$(minus "$b1" "$b0")" "$(minus "$m1" "$m0")" \
+  record additive additive-batch-inbox-ledger "batch-inbox run --handler ledger" "$work/cpu.json" \
     "$(facts additive "$db" ours)" \
     "defaults; the same entries without the envelope; checked against the ledger's model (overdrafts refused: $refused insufficient_funds dead letters); inbox rows $inbox (model: $new)"
 }
@@ -483,7 +452,7 @@ kill_peer() {
   stop_peer "$work/peer"
   PEER_PID=""
   record "$w" "$(label_of "$w" "connect-kill-$FLUSH_MS" "$k")" "Kafka Connect + Debezium JDBC sink, kill -9 at half" \
-    1 0 0 0 0 "$(facts "$w" "$db" "$k")" "killed at $at rows written; offset.flush.interval.ms=$FLUSH_MS"
+    "" "$(facts "$w" "$db" "$k")" "killed at $at rows written; offset.flush.interval.ms=$FLUSH_MS"
 }
 
 kill_ours() { # WORK
@@ -515,7 +484,7 @@ kill_ours() { # WORK
   (our_run "$w" "$db" "$(label_of "$w" ours-kill)-$stamp" "${session[@]}" --exit-on-eof) >>"$work/ours-kill-$w.log" 2>&1
   inbox=$(psql_db "$db" -c 'SELECT count(*) FROM inbox')
   check_ours "$w" "$db" "$inbox"
-  record "$w" "$(label_of "$w" batch-inbox-kill)" "batch-inbox, kill -9 at half" 1 0 0 0 0 \
+  record "$w" "$(label_of "$w" batch-inbox-kill)" "batch-inbox, kill -9 at half" "" \
     "$(facts "$w" "$db" ours)" \
     "killed at $at inbox rows$late; offsets in the database; inbox rows $inbox (model: $new)"
 }

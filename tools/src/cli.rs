@@ -42,6 +42,27 @@ pub enum Command {
     Replay(crate::replay::Args),
     /// A TCP proxy that delays every byte in each direction (a remote database for the load test).
     DelayProxy(crate::delay_proxy::DelayProxyArgs),
+    /// CPU seconds of a run from /proc: a process, the broker, PostgreSQL, the machine
+    /// (`cpu start`, `cpu stop`, or `cpu run -- COMMAND`).
+    Cpu(crate::cpu::sample::CpuArgs),
+    /// Append one result row of scripts/peers/compare.sh (rate and CPU per 1000 records).
+    PeersRow(crate::peers::RowArgs),
+    /// Print the largest msgs/s (whole number) among the run reports of a prefix.
+    BestRate(BestRateArgs),
+}
+
+/// `best-rate` flags.
+#[derive(Debug, Clone, Args)]
+pub struct BestRateArgs {
+    /// Directory of run reports (`runs/*.json`).
+    #[arg(long)]
+    pub runs: std::path::PathBuf,
+    /// Reports whose file name starts with this (`batched-b`).
+    #[arg(long)]
+    pub prefix: String,
+    /// Printed when no report has the prefix.
+    #[arg(long, value_name = "MSGS_PER_S")]
+    pub or: Option<u64>,
 }
 
 /// `summary` flags.

@@ -60,8 +60,8 @@ pub struct DrainArgs {
 pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
     let pool = batch_inbox::db::connect(args.db.database_url.expose(), 1).await?;
     let before = crate::measure::statement_count(&pool).await;
-    let postmaster = crate::pg_cpu::postmaster(&**pool.get().await?).await;
-    let pg_before = postmaster.and_then(crate::pg_cpu::postgres_cpu_s);
+    let postmaster = crate::cpu::postmaster(&**pool.get().await?).await;
+    let pg_before = postmaster.and_then(crate::cpu::postgres_cpu_s);
     let stats = if args.processes == 1 {
         let stats_path = with_suffix(&args.report, ".stats");
         run_processor(&args.command, &stats_path, args.stop_after).await?;
@@ -73,7 +73,7 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         scale_out(&args.command, &args.report, args.processes).await?
     };
     // Read before the check below, whose queries are not the run's.
-    let pg_after = postmaster.and_then(crate::pg_cpu::postgres_cpu_s);
+    let pg_after = postmaster.and_then(crate::cpu::postgres_cpu_s);
     let mut report = RunReport {
         label: args.label.clone(),
         run: stats,

@@ -17,15 +17,19 @@
 //!   ceiling, the same batches and statements driven from memory.
 //! - [`chaos`]: the fault-injection driver and its invariant checker.
 //! - [`delay_proxy`]: a TCP proxy that delays every byte: a database on another host.
+//! - [`cpu`]: CPU seconds from `/proc` (a process, a broker, PostgreSQL, the machine), and the
+//!   `cpu` subcommand the scripts measure their runs with; [`peers`]: the result rows of the
+//!   comparison with the peers (`scripts/peers/compare.sh`).
 
 pub mod chaos;
 pub mod cli;
+pub mod cpu;
 pub mod delay_proxy;
 pub mod demo;
 pub mod drain;
 pub mod generate;
 pub mod measure;
-pub mod pg_cpu;
+pub mod peers;
 pub mod produce;
 /// The product's shared flags (database, Kafka, pipeline): the ones the binary takes.
 pub use batch_inbox::flags as product_args;

@@ -32,6 +32,9 @@ async fn main() -> std::process::ExitCode {
         Command::Chaos(args) => return chaos(args).await,
         Command::Replay(args) => batch_inbox_tools::replay::replay(args).await,
         Command::DelayProxy(args) => batch_inbox_tools::delay_proxy::serve(args).await,
+        Command::Cpu(args) => batch_inbox_tools::cpu::sample::run(args),
+        Command::PeersRow(args) => batch_inbox_tools::peers::append(&args),
+        Command::BestRate(args) => best_rate(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -211,6 +214,22 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<()> {
         expected.balances.len(),
         expected.total()
     );
+    Ok(())
+}
+
+fn best_rate(args: &batch_inbox_tools::cli::BestRateArgs) -> anyhow::Result<()> {
+    let best = batch_inbox_tools::report::best_rate(&args.runs, &args.prefix)
+        .with_context(|| format!("reading {}", args.runs.display()))?;
+    match (best, args.or) {
+        // Whole msgs/s, cut as the rates of the runs derived from it are.
+        (Some(rate), _) => println!("{}", rate as u64),
+        (None, Some(or)) => println!("{or}"),
+        (None, None) => anyhow::bail!(
+            "no run report {}*.json in {}",
+            args.prefix,
+            args.runs.display()
+        ),
+    }
     Ok(())
 }
 

@@ -162,10 +162,10 @@ async fn run(args: &Args) -> Result<bool> {
     server.checkpoint().await?;
     let statements_on = server.reset_statements().await;
     let before = server.counters().await?;
-    let (own_before, machine_before) = (crate::pg_cpu::own_cpu_s(), report::machine_cpu());
+    let (own_before, machine_before) = (crate::cpu::own_cpu_s(), crate::cpu::MachineTicks::read());
     let replayed = apply::replay(inbox, &args.topic, batches, args.mode).await?;
-    let own_cpu_s = crate::pg_cpu::own_cpu_s() - own_before;
-    let machine = report::machine_cpu().since(&machine_before);
+    let own_cpu_s = crate::cpu::own_cpu_s() - own_before;
+    let machine = crate::cpu::MachineTicks::read().busy_share_since(&machine_before);
     // The backends are idle and alive: their CPU is all in /proc now. Closed, they report their
     // WAL statistics.
     let pg_cpu_ticks = server.cpu_ticks();

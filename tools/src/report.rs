@@ -55,3 +55,46 @@ pub fn read_stats(path: &Path) -> std::io::Result<StatsReport> {
     let bytes = std::fs::read(path)?;
     serde_json::from_slice(&bytes).map_err(std::io::Error::other)
 }
+
+/// The largest `msgs_per_sec` among the run reports in `dir` whose file name starts with
+/// `prefix` (`batched-b`: the batch-size sweep, not `batched-natural-…`); `None` when there is
+/// none.
+pub fn best_rate(dir: &Path, prefix: &str) -> std::io::Result<Option<f64>> {
+    let mut best: Option<f64> = None;
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with(prefix) || !name.ends_with(".json") {
+            continue;
+        }
+        let value: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(entry.path())?).map_err(std::io::Error::other)?;
+        let rate = value["msgs_per_sec"]
+            .as_f64()
+            .ok_or_else(|| std::io::Error::other(format!("{name}: no msgs_per_sec")))?;
+        best = Some(best.map_or(rate, |b| b.max(rate)));
+    }
+    Ok(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_best_rate_is_the_largest_of_the_runs_of_the_prefix() {
+        let dir = std::env::temp_dir().join(format!("best-rate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, rate) in [
+            ("batched-b1.json", 900.5),
+            ("batched-b1000.json", 41161.9),
+            ("batched-natural-b1000.json", 99999.0),
+            ("per-message.json", 5000.0),
+        ] {
+            std::fs::write(dir.join(name), format!(r#"{{"msgs_per_sec": {rate}}}"#)).unwrap();
+        }
+        assert_eq!(best_rate(&dir, "batched-b").unwrap(), Some(41161.9));
+        assert_eq!(best_rate(&dir, "scale-p").unwrap(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

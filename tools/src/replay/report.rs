@@ -14,46 +14,6 @@ use super::apply::Replayed;
 use super::server::{Delta, StatementStats};
 use super::Args;
 
-/// The machine's CPU counters (`/proc/stat`), in seconds.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct MachineCpu {
-    busy_s: f64,
-    total_s: f64,
-}
-
-impl MachineCpu {
-    /// The busy share of the machine's CPU time since `before`.
-    pub fn since(&self, before: &MachineCpu) -> f64 {
-        let total = self.total_s - before.total_s;
-        if total > 0.0 {
-            (self.busy_s - before.busy_s) / total
-        } else {
-            0.0
-        }
-    }
-}
-
-/// Reads `/proc/stat`'s first line (zero when unavailable).
-pub fn machine_cpu() -> MachineCpu {
-    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<f64> = text
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    let hz = crate::pg_cpu::clock_ticks_per_s();
-    // user nice system idle iowait irq softirq steal …: idle and iowait are not busy.
-    let total: f64 = ticks.iter().take(8).sum();
-    let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);
-    MachineCpu {
-        busy_s: (total - idle) / hz,
-        total_s: total / hz,
-    }
-}
-
 /// One run's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {

@@ -4,7 +4,7 @@
 //! Invariant: every counter is read from the server the replay writes to, through one admin
 //! connection to its `postgres` database, and nothing here changes a server setting.
 
-use crate::pg_cpu::{clock_ticks_per_s, parent_pid, postgres_cpu_ticks};
+use crate::cpu::{parent_pid, postgres_cpu_ticks, seconds};
 use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
@@ -208,7 +208,7 @@ impl Server {
             .await?
             .get(0);
         let pg_cpu_s = match (before.pg_cpu_ticks, cpu_at_end) {
-            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / clock_ticks_per_s()),
+            (Some(a), Some(b)) => Some(seconds(b.saturating_sub(a))),
             _ => None,
         };
         Ok(Delta {

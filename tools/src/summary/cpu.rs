@@ -9,11 +9,13 @@ use serde::Deserialize;
 use super::{header, read_json, row, SummaryError, DASH};
 use crate::report::RunReport;
 
-/// One run's CPU sample, as `scripts/loadtest.sh` writes it to `cpu/<label>.json`.
+/// One run's CPU sample, as `scripts/loadtest.sh` writes it to `cpu/<label>.json` (`cpu stop`).
 #[derive(Debug, Deserialize)]
 pub(super) struct CpuSample {
     wall_s: f64,
     machine_cpu_s: f64,
+    /// The broker's process (absent when the broker is not one of the run's: KAFKA_BROKERS).
+    #[serde(default)]
     pub(super) broker_cpu_s: f64,
     /// PostgreSQL's processes (absent in samples of older load tests).
     #[serde(default)]
