@@ -23,8 +23,12 @@ pub struct CleanupArgs {
     /// lock_timeout of partition creates and drops, in milliseconds (retried when it expires).
     #[arg(long, default_value_t = defaults::LOCK_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
     pub lock_timeout_ms: u64,
-    /// Daily partitions created ahead of today (partitioned inbox).
-    #[arg(long, default_value_t = defaults::PARTITIONS_AHEAD)]
+    /// Daily partitions created ahead of today (partitioned inbox; at most 366).
+    #[arg(
+        long,
+        default_value_t = defaults::PARTITIONS_AHEAD,
+        value_parser = clap::value_parser!(u32).range(..=i64::from(defaults::MAX_PARTITIONS_AHEAD))
+    )]
     pub partitions_ahead: u32,
 }
 
@@ -61,8 +65,12 @@ pub struct MigrateArgs {
     /// keeping every row; stop the processors first).
     #[arg(long)]
     pub partitioned: bool,
-    /// Daily partitions created ahead of today (with --partitioned).
-    #[arg(long, default_value_t = defaults::PARTITIONS_AHEAD)]
+    /// Daily partitions created ahead of today (with --partitioned; at most 366).
+    #[arg(
+        long,
+        default_value_t = defaults::PARTITIONS_AHEAD,
+        value_parser = clap::value_parser!(u32).range(..=i64::from(defaults::MAX_PARTITIONS_AHEAD))
+    )]
     pub partitions_ahead: u32,
 }
 

@@ -55,6 +55,9 @@ pub const CLEANUP_PAUSE_MS: u64 = 50;
 pub const LOCK_TIMEOUT_MS: u64 = 200;
 /// Daily partitions prepared ahead of today.
 pub const PARTITIONS_AHEAD: u32 = 3;
+/// Most daily partitions prepared ahead (a year): the flag refuses more, which would create that
+/// many partitions at once.
+pub const MAX_PARTITIONS_AHEAD: u32 = 366;
 /// The retention of [`crate::maintenance::retention::RetentionSettings::default`] (the command line has no
 /// default: `cleanup` requires one, `run` cleans nothing without one).
 pub const RETENTION: Duration = Duration::from_secs(7 * 86_400);

@@ -24,6 +24,26 @@ fn zero_batch_size_is_refused() {
     );
 }
 
+/// Daily partitions prepared ahead are bounded (a year): an absurd count would create that many
+/// partitions, and days past the year 9999 have no partition name.
+#[test]
+fn partitions_ahead_beyond_a_year_are_refused() {
+    for command in [
+        &["migrate", "--partitioned"][..],
+        &["run"][..],
+        &["cleanup", "--retention", "7d"][..],
+    ] {
+        let mut args = command.to_vec();
+        args.extend(["--partitions-ahead", "3000000"]);
+        let (code, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains("invalid value '3000000' for '--partitions-ahead") && err.contains("366"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 #[test]
 fn unknown_mode_is_refused() {
     let (code, err) = run(&["run", "--mode", "eventually"]);
