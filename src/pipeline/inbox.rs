@@ -275,14 +275,7 @@ impl<H: Handler> Inbox<H> {
         partition: i32,
         batch: &Decoded<H::Payload>,
     ) -> Result<TxOutcome, InboxError> {
-        let full = self
-            .apply_batch_as(topic, partition, batch, self.rows(None))
-            .await;
-        let Some(state) = refused_rows(&full, topic, partition) else {
-            return full;
-        };
-        let rows = self.rows(Some(&state));
-        self.apply_batch_as(topic, partition, batch, rows).await
+        self.apply(topic, partition, batch, Shape::Batch).await
     }
 
     /// Applies one record in its own transaction (the per-message baseline).
@@ -292,14 +285,26 @@ impl<H: Handler> Inbox<H> {
         partition: i32,
         record: &Decoded<H::Payload>,
     ) -> Result<TxOutcome, InboxError> {
+        self.apply(topic, partition, record, Shape::One).await
+    }
+
+    /// [`Inbox::apply_batch`] or [`Inbox::apply_one`]: once with the full dead-letter rows, and
+    /// again with minimal ones when the database refused the full rows (module `minimal_rows`).
+    async fn apply(
+        &self,
+        topic: &str,
+        partition: i32,
+        decoded: &Decoded<H::Payload>,
+        shape: Shape,
+    ) -> Result<TxOutcome, InboxError> {
         let full = self
-            .apply_one_as(topic, partition, record, self.rows(None))
+            .apply_as(topic, partition, decoded, self.rows(None), shape)
             .await;
         let Some(state) = refused_rows(&full, topic, partition) else {
             return full;
         };
         let rows = self.rows(Some(&state));
-        self.apply_one_as(topic, partition, record, rows).await
+        self.apply_as(topic, partition, decoded, rows, shape).await
     }
 
     /// Records the messages of `part` as poison, without calling the handler: their ids go to
@@ -323,58 +328,34 @@ impl<H: Handler> Inbox<H> {
         self.poison_as(topic, partition, part, error, rows).await
     }
 
-    /// [`Inbox::apply_batch`] with dead-letter rows of `rows` (module `minimal_rows`).
-    async fn apply_batch_as(
+    /// One transaction of `decoded` in `shape`, with dead-letter rows of `rows`; the position it
+    /// wrote becomes the partition's once it committed.
+    async fn apply_as(
         &self,
         topic: &str,
         partition: i32,
-        batch: &Decoded<H::Payload>,
+        decoded: &Decoded<H::Payload>,
         rows: RowForm<'_>,
+        shape: Shape,
     ) -> Result<TxOutcome, InboxError> {
         let mut client = self.pool.get().await?;
         let written = Written::default();
-        let target = self.target(topic, partition, batch, &written);
+        let target = self.target(topic, partition, decoded, &written);
         let handler = self.handler.as_ref();
         let at = (topic, partition);
         let result = self
             .bounded(async {
-                match self.unsafe_controls.no_inbox() {
+                match (self.unsafe_controls.no_inbox(), shape) {
                     #[cfg(feature = "unsafe-controls")]
-                    true => {
-                        apply_without_inbox(&mut client, handler, at, batch, target, rows).await
+                    (true, _) => {
+                        apply_without_inbox(&mut client, handler, at, decoded, target, rows).await
                     }
-                    _ => apply_batch(&mut client, handler, at, batch, target, rows).await,
-                }
-            })
-            .await;
-        discard_if_broken(client, &result);
-        if result.is_ok() {
-            self.committed_position(topic, partition, &written);
-        }
-        result
-    }
-
-    /// [`Inbox::apply_one`] with dead-letter rows of `rows` (module `minimal_rows`).
-    async fn apply_one_as(
-        &self,
-        topic: &str,
-        partition: i32,
-        record: &Decoded<H::Payload>,
-        rows: RowForm<'_>,
-    ) -> Result<TxOutcome, InboxError> {
-        let mut client = self.pool.get().await?;
-        let written = Written::default();
-        let target = self.target(topic, partition, record, &written);
-        let handler = self.handler.as_ref();
-        let at = (topic, partition);
-        let result = self
-            .bounded(async {
-                match self.unsafe_controls.no_inbox() {
-                    #[cfg(feature = "unsafe-controls")]
-                    true => {
-                        apply_without_inbox(&mut client, handler, at, record, target, rows).await
+                    (_, Shape::Batch) => {
+                        apply_batch(&mut client, handler, at, decoded, target, rows).await
                     }
-                    _ => apply_one(&mut client, handler, at, record, target, rows).await,
+                    (_, Shape::One) => {
+                        apply_one(&mut client, handler, at, decoded, target, rows).await
+                    }
                 }
             })
             .await;
@@ -416,4 +397,11 @@ fn discard_if_broken<T>(client: Client, result: &Result<T, InboxError>) {
     if result.as_ref().is_err_and(InboxError::breaks_connection) {
         drop(deadpool_postgres::Object::take(client));
     }
+}
+/// How a transaction takes its records: a batch (dedup with one statement), or one record
+/// (the per-message baseline).
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    Batch,
+    One,
 }
