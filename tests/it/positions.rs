@@ -58,6 +58,56 @@ async fn send(kafka: &Kafka, partition: i32, account: i64, from: u32, to: u32) {
     }
 }
 
+/// A one-partition topic of its own on the real broker (`KAFKA_BROKERS`), with its group: for
+/// what librdkafka's mock cluster cannot do (delete records, describe topics).
+struct OnKafka {
+    broker: crate::common::broker::Broker,
+    topic: String,
+    group: String,
+    producer: rdkafka::producer::FutureProducer,
+}
+
+impl OnKafka {
+    async fn new(name: &str) -> Self {
+        use crate::common::broker::Broker;
+        let broker = Broker::start();
+        let topic = broker.topic(name);
+        batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 1)
+            .await
+            .unwrap();
+        let producer = batch_inbox_tools::produce::producer(&broker.addr, &[]).unwrap();
+        let group = Broker::group(&topic, "g");
+        OnKafka {
+            broker,
+            topic,
+            group,
+            producer,
+        }
+    }
+
+    /// Sends entries `from..to` of 10 each to account 1.
+    async fn send(&self, from: u32, to: u32) {
+        let entries: Vec<_> = (from..to)
+            .map(|n| batch_inbox_tools::generate::Record {
+                key: "1".to_owned(),
+                value: Some(br#"{"account_id":1,"amount":10}"#.to_vec()),
+                id: Some(uuid(n)),
+            })
+            .collect();
+        batch_inbox_tools::produce::send_all(&self.producer, &self.topic, entries)
+            .await
+            .unwrap();
+    }
+
+    /// The processor's Kafka settings for the topic and group, ends reported.
+    fn settings(&self) -> batch_inbox::KafkaSettings {
+        let mut kafka =
+            batch_inbox::KafkaSettings::new(&self.broker.addr, &self.topic, &self.group);
+        kafka.partition_eof = true;
+        kafka
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restored_database_behind_kafka_is_read_again_from_its_position() {
     let (_url, pool) = fresh_db("positions_restore").await;
@@ -306,42 +356,17 @@ async fn an_operator_moves_a_group_through_the_database() {
 /// skipped in silence: the partition stalls visibly until an operator accepts the loss.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_deleted_before_the_database_position_stall_the_partition_until_accepted() {
-    use crate::common::broker::Broker;
     use crate::common::http;
     use rdkafka::admin::{AdminClient, AdminOptions};
     use rdkafka::client::DefaultClientContext;
-    use rdkafka::producer::FutureRecord;
     use std::sync::Arc;
     use std::time::Duration;
 
-    let broker = Broker::start();
-    let topic = broker.topic("positions-lost");
-    batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 1)
-        .await
-        .unwrap();
-    let producer = batch_inbox_tools::produce::producer(&broker.addr, &[]).unwrap();
-    for n in 0..10u32 {
-        let (id, value) = (uuid(n), r#"{"account_id":1,"amount":10}"#);
-        let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-            key: "id",
-            value: Some(id.as_bytes()),
-        });
-        let record = FutureRecord::<str, str>::to(&topic)
-            .partition(0)
-            .payload(value)
-            .headers(headers);
-        producer
-            .send(record, Duration::from_secs(10))
-            .await
-            .unwrap();
-    }
+    let k = OnKafka::new("positions-lost").await;
+    k.send(0, 10).await;
+    let (broker, topic, group) = (&k.broker, k.topic.as_str(), k.group.as_str());
     let (url, pool) = fresh_db("positions_lost").await;
-    let group = Broker::group(&topic, "g");
-    let settings = || {
-        let mut kafka = batch_inbox::KafkaSettings::new(&broker.addr, &topic, &group);
-        kafka.partition_eof = true;
-        kafka
-    };
+    let settings = || k.settings();
     drain(config(settings(), Mode::Batched, 4), &pool).await;
     // The database goes back to position 2; Kafka deletes the records before offset 5.
     let c = pool.get().await.unwrap();
@@ -354,7 +379,7 @@ async fn records_deleted_before_the_database_position_stall_the_partition_until_
         .unwrap();
     let mut before = rdkafka::TopicPartitionList::new();
     before
-        .add_partition_offset(&topic, 0, rdkafka::Offset::Offset(5))
+        .add_partition_offset(topic, 0, rdkafka::Offset::Offset(5))
         .unwrap();
     admin
         .delete_records(&before, &AdminOptions::new())
@@ -397,7 +422,7 @@ async fn records_deleted_before_the_database_position_stall_the_partition_until_
         "{metrics}"
     );
     assert_eq!(
-        db_offsets(&pool, &group, 1).await,
+        db_offsets(&pool, group, 1).await,
         vec![2],
         "nothing skipped"
     );
@@ -413,9 +438,9 @@ async fn records_deleted_before_the_database_position_stall_the_partition_until_
             "--brokers",
             &broker.addr,
             "--topic",
-            &topic,
+            topic,
             "--group",
-            &group,
+            group,
             "--to-earliest",
             "--reason",
             "records 2-4 lost",
@@ -425,10 +450,10 @@ async fn records_deleted_before_the_database_position_stall_the_partition_until_
     .wait(Duration::from_secs(60))
     .await;
     assert_eq!(accepted.code, Some(0), "{}", accepted.stderr);
-    assert_eq!(db_offsets(&pool, &group, 1).await, vec![5]);
+    assert_eq!(db_offsets(&pool, group, 1).await, vec![5]);
     let after = drain(config(settings(), Mode::Batched, 4), &pool).await;
     assert_eq!((after.new, after.duplicates), (0, 5), "{after:?}");
-    assert_eq!(db_offsets(&pool, &group, 1).await, vec![10]);
+    assert_eq!(db_offsets(&pool, group, 1).await, vec![10]);
 }
 
 /// librdkafka's mock cluster (the demo's broker) names no controller of its own, so it cannot
@@ -476,38 +501,15 @@ async fn a_cluster_that_cannot_describe_topics_costs_no_timeout_and_no_warning()
 /// a broker that describes topics (Apache Kafka; librdkafka's mock cluster does not).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topic_ids_that_cannot_be_read_consume_nothing() {
-    use crate::common::broker::Broker;
     use std::time::Duration;
 
-    let broker = Broker::start();
-    let topic = broker.topic("positions-ids-unread");
-    batch_inbox_tools::produce::ensure_topic(&broker.addr, &topic, 1)
-        .await
-        .unwrap();
-    let producer = batch_inbox_tools::produce::producer(&broker.addr, &[]).unwrap();
-    let entries = |from: u32, to: u32| -> Vec<batch_inbox_tools::generate::Record> {
-        (from..to)
-            .map(|n| batch_inbox_tools::generate::Record {
-                key: "1".to_owned(),
-                value: Some(br#"{"account_id":1,"amount":10}"#.to_vec()),
-                id: Some(uuid(n)),
-            })
-            .collect()
-    };
-    batch_inbox_tools::produce::send_all(&producer, &topic, entries(0, 5))
-        .await
-        .unwrap();
+    let k = OnKafka::new("positions-ids-unread").await;
+    k.send(0, 5).await;
+    let (broker, topic, group) = (&k.broker, k.topic.as_str(), k.group.as_str());
     let (url, pool) = fresh_db("positions_ids_unread").await;
-    let group = Broker::group(&topic, "g");
-    let settings = || {
-        let mut kafka = batch_inbox::KafkaSettings::new(&broker.addr, &topic, &group);
-        kafka.partition_eof = true;
-        kafka
-    };
+    let settings = || k.settings();
     drain(config(settings(), Mode::Batched, 4), &pool).await;
-    batch_inbox_tools::produce::send_all(&producer, &topic, entries(5, 10))
-        .await
-        .unwrap();
+    k.send(5, 10).await;
     let role = "bi_positions_ids";
     let c = pool.get().await.unwrap();
     c.batch_execute(&format!(
@@ -543,7 +545,7 @@ async fn topic_ids_that_cannot_be_read_consume_nothing() {
         "nothing applied after the first drain"
     );
     assert_eq!(balance(&pool, 1).await, 50);
-    assert_eq!(db_offsets(&pool, &group, 1).await, vec![5]);
-    let reader = OffsetReader::new(&broker.addr, &group, &topic, 1);
+    assert_eq!(db_offsets(&pool, group, 1).await, vec![5]);
+    let reader = OffsetReader::new(&broker.addr, group, topic, 1);
     assert_eq!(reader.committed(), Some(vec![5]));
 }
