@@ -125,6 +125,11 @@ as_postgres() {
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
+# free_ports N: N distinct free ports, one per line (all bound at once, so no two are the same,
+# which N calls of free_port do not promise).
+free_ports() {
+  python3 -c 'import socket,sys; s=[socket.socket() for _ in range(int(sys.argv[1]))]; [x.bind(("127.0.0.1",0)) for x in s]; print("\n".join(str(x.getsockname()[1]) for x in s))' "$1"
+}
 # private_postgres_init DIR PORT [OPTIONS]: initdb (trust auth) and start.
 private_postgres_init() {
   mkdir -p "$1"

@@ -181,7 +181,7 @@ start_kafka_cluster() {
   local dir=$1 n=${2:-3} ports=() i id voters=""
   ensure_kafka || return 1
   mkdir -p "$dir"
-  for i in $(seq 1 $((2 * n))); do ports+=("$(free_port)"); done
+  mapfile -t ports < <(free_ports $((2 * n)))
   id=$(_kafka_java /dev/null kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
   for i in $(seq 1 "$n"); do
     _kafka_write_config "$dir" "$i" "$n" "${ports[@]}"
@@ -337,7 +337,8 @@ start_secure_kafka() {
     echo "openssl could not make the test certificates" >&2
     return 1
   }
-  p=$(free_port) s=$(free_port) a=$(free_port) c=$(free_port)
+  # Four distinct ports: two listeners on one port refuse to format the node.
+  read -r p s a c < <(free_ports 4 | tr '\n' ' ')
   cat >"$node/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1
