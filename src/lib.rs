@@ -93,20 +93,24 @@
 //! invariant and tests); no module uses one of a higher floor, and none a circle
 //! (`scripts/module-graph.py --check`, every level):
 //!
-//! - `source`: where records come from. `source::kafka`: the group member and its partition
-//!   queues (`consumer`), where an assigned partition starts (`resume`: the database's
-//!   position), the topic ids (`topic_id`), and when `--exit-on-eof` may exit (`drain`).
-//! - `pipeline`: the per-partition micro-batcher (`batcher`), the owned record and its decoding
-//!   (`message`), the partition's loop with retries, poison isolation and the breaker
-//!   (`worker`), the business trait (`handler`), the inbox transaction (`inbox`, `dead_letter`),
-//!   the partition's position in the database (`positions`) and for the source (`offsets`), and
-//!   every default (`defaults`).
+//! - `source`: where records come from, behind one seam (`source.rs`: a source starts a run of
+//!   the pipeline for each partition it is given, feeds it the partition's records and gets
+//!   back the committed positions; what a RabbitMQ or JetStream source supplies is written
+//!   there), the owned record (`record`), positions in the database (`positions`) and keys
+//!   derived from positions (`key`). `source::kafka`: the group member and its partition queues
+//!   (`consumer`), where an assigned partition starts (`resume`: the database's position), the
+//!   topic ids (`topic_id`), and when `--exit-on-eof` may exit (`drain`).
+//! - `pipeline`: the per-partition micro-batcher (`batcher`), decoding (`message`), the
+//!   partition's loop with retries, poison isolation and the breaker (`worker`), the business
+//!   trait (`handler`), the inbox transaction (`inbox`, `dead_letter`), the committed position
+//!   for the source (`offsets`), and every default (`defaults`). It knows no broker type.
 //! - `handlers`: the ledger (the reference) and the handler made of one SQL statement.
 //! - `observe`: what a run did, counted once (`outcome`, `stats`) and shown as Prometheus
 //!   metrics (`telemetry`), the stats file (`metrics`, `stats_file`) and the probes (`exporter`).
 //! - `maintenance`: retention, the redrive of dead letters, and positions moved by an operator.
 //! - `db`: the pool, migrations, grants checked at start, TLS (`tls`) and every statement (`sql`).
-//! - `processor`: the wiring of the above, which [`run`] is; `service`: what the binary's `run`
+//! - `processor`: the wiring of the above (the Kafka source started with a partition worker per
+//!   partition), which [`run`] is; `service`: what the binary's `run`
 //!   does around it (start-up checks, retention, the listener, the stats file), for a service
 //!   that embeds the library with its own handler ([`Service`]).
 //! - Leaves: `error`, `reason` (why a message is not applied), `names` (settings as text),

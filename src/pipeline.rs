@@ -1,8 +1,9 @@
-//! The pipeline: a partition's records batched (`batcher`), decoded (`message`), applied by the
-//! partition's worker (`worker`) through the business trait (`handler`) in one inbox
-//! transaction per batch (`inbox`, `dead_letter`), with the partition's position in the database
-//! (`positions`) and, once committed, for the source (`offsets`); `defaults` holds every
-//! default of the processor.
+//! The pipeline: a partition's records, as a source delivers them (module `source`), batched
+//! (`batcher`), decoded (`message`), applied by the partition's worker (`worker`) through the
+//! business trait (`handler`) in one inbox transaction per batch (`inbox`, `dead_letter`), with
+//! the partition's position in the database (`source::positions`) and, once committed,
+//! acknowledged to the source (`offsets`); `defaults` holds every default of the processor. No
+//! broker's type appears here.
 //!
 //! Invariant: the handler sees only new messages and only the batch's transaction; dedup,
 //! effect, dead letters and position commit together; a position moves past a record only after
@@ -15,5 +16,4 @@ pub(crate) mod handler;
 pub mod inbox;
 pub mod message;
 pub(crate) mod offsets;
-pub(crate) mod positions;
 pub mod worker;

@@ -1,27 +1,28 @@
-//! Wiring: a group member, an inbox and one worker per assigned partition.
+//! Wiring: a source (Kafka's group member), an inbox, and one worker per partition the source
+//! starts (the pipeline's side of the seam, module `source`).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use futures::FutureExt;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::RunError;
 use crate::observe::stats::Stats;
+use crate::observe::telemetry::GaugeGuard;
 use crate::pipeline::handler::Handler;
 use crate::pipeline::inbox::Inbox;
 use crate::pipeline::message::Decoding;
 use crate::pipeline::worker::{PartitionWorker, WorkerSettings};
-use crate::source::kafka::consumer::{
-    queue_input, GroupMember, KafkaConsumer, KafkaSettings, Spawner, WorkerHandle,
-};
-use crate::source::kafka::drain::{DrainWatch, StoredPositions};
-use crate::source::kafka::resume;
+use crate::source::kafka::consumer::KafkaSettings;
+use crate::source::kafka::KafkaSource;
+use crate::source::{Input, OffsetSink, PartitionRun, Partitions, RunPartition, Source};
 
 /// Everything a processor needs besides the database pool and the handler.
 #[derive(Debug, Clone)]
@@ -97,7 +98,6 @@ pub async fn run_with_stats<H: Handler>(
     stats: Arc<Stats>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
-    config.kafka.check(config.offsets_in_db)?;
     config.worker.unsafe_controls.warn();
     stats.telemetry.declare_reasons(H::REJECTIONS);
     stats
@@ -111,79 +111,89 @@ pub async fn run_with_stats<H: Handler>(
             .with_dedup_window(config.dedup_window)
             .with_statement_timeout(config.statement_timeout),
     );
-    let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
-    let on_assign = config.offsets_in_db.then(|| {
-        let group = Arc::from(config.kafka.group.as_str());
-        resume::from_database(pool.clone(), group, stats.clone(), fail_tx.clone())
+    let workers = Arc::new(Workers {
+        inbox,
+        settings: config.worker,
+        stats: stats.clone(),
     });
-    let spawn = |consumer| spawner(consumer, inbox, config.worker, stats.clone(), fail_tx);
-    let member = GroupMember::new(
-        &config.kafka,
-        config.revoke_timeout,
-        stats.clone(),
-        spawn,
-        on_assign,
-    )?;
-    if config.offsets_in_db {
-        let group = config.kafka.group.as_str();
-        resume::check_at_start(member.native_client(), &config.kafka.topics, &pool, group)?;
-    }
-    let observed = stats.clone();
-    member.on_statistics(Box::new(move |s| observed.telemetry.record_statistics(s)));
-    let drain = config.exit_on_eof.then(|| {
-        let stored = config
-            .offsets_in_db
-            .then(|| stored_positions(pool.clone(), &config.kafka));
-        DrainWatch::new(stored)
-    });
-    let result = member.poll_until(shutdown, &mut fail_rx, drain).await;
-    member.shutdown().await;
-    result
+    let source = KafkaSource {
+        settings: config.kafka,
+        revoke_timeout: config.revoke_timeout,
+        offsets_in_db: config.offsets_in_db,
+        exit_on_eof: config.exit_on_eof,
+        pool,
+        stats,
+    };
+    source.run(workers, shutdown).await
 }
 
-/// The group's offsets in the database, for the `--exit-on-eof` check.
-fn stored_positions(pool: Pool, kafka: &KafkaSettings) -> StoredPositions {
-    let group: Arc<str> = Arc::from(kafka.group.as_str());
-    Arc::new(move |topic: Arc<str>| {
-        let (pool, group) = (pool.clone(), group.clone());
-        Box::pin(async move {
-            crate::pipeline::positions::read_topic(&pool, &group, &topic)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    })
-}
-
-fn spawner<H: Handler>(
-    consumer: Weak<KafkaConsumer>,
+/// The pipeline's side of the seam: a [`PartitionWorker`] for each partition a source starts.
+struct Workers<H: Handler> {
     inbox: Arc<Inbox<H>>,
     settings: WorkerSettings,
     stats: Arc<Stats>,
-    failures: mpsc::UnboundedSender<RunError>,
-) -> Spawner {
-    let sink = Arc::new(GroupMember::offsets(consumer));
-    Box::new(move |topic, partition, start, queue| {
-        // Each offset write compares against the position the assignment started from.
-        inbox.hold_position(&topic, partition, start);
+}
+
+impl<H: Handler> Partitions for Workers<H> {
+    fn start(
+        &self,
+        topic: Arc<str>,
+        partition: i32,
+        start: Option<i64>,
+        ack: Arc<dyn OffsetSink>,
+    ) -> PartitionRun {
+        // Each offset write compares against the position the partition started from.
+        self.inbox.hold_position(&topic, partition, start);
         let stop = CancellationToken::new();
         let at_eof = Arc::new(AtomicBool::new(false));
         let worker = PartitionWorker::new(
             topic.clone(),
             partition,
-            inbox.clone(),
-            sink.clone(),
-            settings,
-            stats.clone(),
+            self.inbox.clone(),
+            ack,
+            self.settings,
+            self.stats.clone(),
             at_eof.clone(),
         );
-        let failures = failures.clone();
-        let token = stop.clone();
-        let assigned = stats.telemetry.partition_assigned();
-        let observed = stats.clone();
-        let join = tokio::spawn(async move {
+        let run = Box::new(WorkerRun {
+            worker,
+            stop: stop.clone(),
+            stats: self.stats.clone(),
+            assigned: self.stats.telemetry.partition_assigned(),
+            topic,
+            partition,
+        });
+        PartitionRun { stop, at_eof, run }
+    }
+}
+
+/// One partition's worker, until its source stops it.
+struct WorkerRun<H: Handler> {
+    worker: PartitionWorker<H, dyn OffsetSink>,
+    stop: CancellationToken,
+    stats: Arc<Stats>,
+    /// Counts the partition as assigned while the run lives.
+    assigned: GaugeGuard,
+    topic: Arc<str>,
+    partition: i32,
+}
+
+impl<H: Handler> RunPartition for WorkerRun<H> {
+    fn run<'a>(
+        self: Box<Self>,
+        input: BoxStream<'a, Input>,
+    ) -> BoxFuture<'a, Result<(), RunError>> {
+        let Self {
+            worker,
+            stop,
+            stats,
+            assigned,
+            topic,
+            partition,
+        } = *self;
+        Box::pin(async move {
             let _assigned = assigned;
-            let input = queue_input(topic.clone(), partition, &queue, observed.clone());
-            let run = AssertUnwindSafe(worker.run(input, token));
+            let run = AssertUnwindSafe(worker.run(input, stop));
             let result = run.catch_unwind().await.unwrap_or_else(|panic| {
                 Err(RunError::WorkerPanic {
                     topic: topic.to_string(),
@@ -192,14 +202,13 @@ fn spawner<H: Handler>(
                 })
             });
             // A partition given up (revoked, stopping) is no longer this member's stall.
-            observed.telemetry.stalls.resumed(&topic, partition);
-            if let Err(e) = result {
+            stats.telemetry.stalls.resumed(&topic, partition);
+            if let Err(e) = &result {
                 tracing::error!(partition, "partition worker stopped: {e}");
-                let _ = failures.send(e);
             }
-        });
-        WorkerHandle { stop, at_eof, join }
-    })
+            result
+        })
+    }
 }
 
 /// The text of a panic's payload (`panic!` with a literal or a formatted message).

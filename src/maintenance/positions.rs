@@ -132,7 +132,7 @@ pub async fn plan(
     .await
     .map_err(|e| PositionsError::Kafka(e.to_string()))??;
     let ids: Vec<i32> = logs.iter().map(|l| l.0).collect();
-    let stored = crate::pipeline::positions::read(pool, &kafka.group, topic, &ids)
+    let stored = crate::source::positions::read(pool, &kafka.group, topic, &ids)
         .await
         .map_err(|e| PositionsError::Db(e.to_string()))?;
     Ok(logs

@@ -29,8 +29,8 @@ use crate::pipeline::handler::Handler;
 use crate::pipeline::message::{
     decode_batch_with, reject_outside_window, Decoded, Decoding, IdRules, RawMessage,
 };
-use crate::pipeline::positions::{OffsetTarget, Written};
 pub use crate::reason::ReasonCounts;
+use crate::source::positions::{OffsetTarget, Written};
 use crate::unsafe_controls::UnsafeControls;
 
 mod minimal_rows;
@@ -215,7 +215,7 @@ impl<H: Handler> Inbox<H> {
         let result = self
             .bounded(async {
                 let tx = client.transaction().await?;
-                crate::pipeline::positions::store(&tx, topic, partition, target).await?;
+                crate::source::positions::store(&tx, topic, partition, target).await?;
                 tx.commit().await?;
                 Ok(())
             })
@@ -238,7 +238,7 @@ impl<H: Handler> Inbox<H> {
             return Ok(None);
         };
         let partitions = [partition];
-        let stored = crate::pipeline::positions::read(&self.pool, group, topic, &partitions);
+        let stored = crate::source::positions::read(&self.pool, group, topic, &partitions);
         Ok(self.bounded(stored).await?.get(&partition).copied())
     }
 

@@ -1,9 +1,10 @@
-//! The one owned message type that crosses the pipeline's stages, and the decoding of its id.
+//! Decoding: a record's id and value become a [`Message`] the handler may see, or a
+//! [`DeadLetter`].
 //!
-//! A [`RawMessage`] is what Kafka delivered, copied out of rdkafka's borrowed types so that it can
-//! be batched and moved between tasks. [`Decoded`] splits a batch into messages the handler may
-//! see ([`Message`]) and [`DeadLetter`]s: decoding never fails the batch and never panics, every
-//! message ends as exactly one of the two.
+//! A [`RawMessage`] is what the source delivered (module `source::record`, re-exported here).
+//! [`Decoded`] splits a batch into messages the handler may see ([`Message`]) and
+//! [`DeadLetter`]s: decoding never fails the batch and never panics, every message ends as
+//! exactly one of the two.
 //!
 //! Records are bytes: header names and values, keys and values may hold any byte sequence
 //! (invalid UTF-8, NUL bytes, empty or null values, many headers). Nothing here assumes text;
@@ -11,95 +12,19 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use uuid::Uuid;
 
 use crate::reason::Reason;
 
 mod id;
-pub mod key;
 mod rules;
+
+pub use crate::source::key;
+pub use crate::source::record::{Header, RawMessage};
 
 pub(crate) use id::clean_text;
 pub use id::{decode_id, id_text, parse_id, MAX_ID_TEXT_BYTES};
 pub use rules::{Decoding, IdFormat, IdRules, IdSource, Tombstones, ValueFormat, MAX_ANY_ID_BYTES};
-
-/// One Kafka header: a name and an optional value, both bytes as received.
-///
-/// Kafka does not require header names to be UTF-8. librdkafka hands a name out NUL-terminated,
-/// so a name that contains a NUL byte arrives cut before its first NUL (`consumer::headers` reads
-/// them, and `tests/it/broker_fetch.rs` shows it); values arrive whole.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Header {
-    /// Header name, as bytes.
-    pub key: Bytes,
-    /// Header value; `None` is a null header.
-    pub value: Option<Bytes>,
-}
-
-impl Header {
-    /// What a header counts towards the batch byte limit besides its name and value: the size
-    /// of its owned copy (64 bytes on 64-bit targets).
-    pub const OVERHEAD_BYTES: usize = std::mem::size_of::<Header>();
-}
-
-/// A Kafka record as delivered, owned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawMessage {
-    /// Topic it was read from.
-    pub topic: Arc<str>,
-    /// Partition it was read from.
-    pub partition: i32,
-    /// Its offset in the partition.
-    pub offset: i64,
-    /// Kafka timestamp in milliseconds since the epoch, when the record has one.
-    pub timestamp_ms: Option<i64>,
-    /// Record key.
-    pub key: Option<Bytes>,
-    /// Record value.
-    pub payload: Option<Bytes>,
-    /// Record headers, in order.
-    pub headers: Vec<Header>,
-    /// Why the record's headers could not be read, when the client refused them (librdkafka
-    /// refuses more than 100,000 headers and a malformed header block); `headers` is then empty.
-    pub header_error: Option<String>,
-}
-
-impl RawMessage {
-    /// What a record counts towards the batch byte limit besides its bytes: the size of its owned
-    /// copy (more than Kafka's own framing of a record, at most 36 bytes).
-    pub const OVERHEAD_BYTES: usize = std::mem::size_of::<RawMessage>();
-
-    /// The value of the first header called `name`, if present and non-null.
-    pub fn header(&self, name: &str) -> Option<&Bytes> {
-        self.headers
-            .iter()
-            .find(|h| h.key == name.as_bytes())
-            .and_then(|h| h.value.as_ref())
-    }
-
-    /// Every header called `name`, in order.
-    pub fn headers_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Header> + 'a {
-        self.headers
-            .iter()
-            .filter(move |h| h.key == name.as_bytes())
-    }
-
-    /// Size used by the batcher's byte limit: [`RawMessage::OVERHEAD_BYTES`], the key and the
-    /// value, and per header [`Header::OVERHEAD_BYTES`], its name and its value. Saturates.
-    pub fn size_bytes(&self) -> usize {
-        let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
-        let record = Self::OVERHEAD_BYTES
-            .saturating_add(len(&self.key))
-            .saturating_add(len(&self.payload));
-        self.headers.iter().fold(record, |total, h| {
-            total
-                .saturating_add(Header::OVERHEAD_BYTES)
-                .saturating_add(h.key.len())
-                .saturating_add(len(&h.value))
-        })
-    }
-}
 
 /// A message whose id and payload decoded: what the handler sees.
 #[derive(Debug, Clone)]
@@ -257,6 +182,7 @@ pub fn dedup_in_batch<T>(items: &mut Vec<T>, id: impl Fn(&T) -> Uuid) -> usize {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use bytes::Bytes;
 
     pub(crate) fn raw(offset: i64, id: Option<&str>, payload: &str) -> RawMessage {
         RawMessage {

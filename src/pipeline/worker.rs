@@ -8,8 +8,9 @@
 //! partition: it is retried with capped backoff until it commits, and nothing is dead-lettered,
 //! committed or stored meanwhile.
 //!
-//! The worker knows no Kafka type: it reads [`Input`]s from any stream and stores offsets through
-//! an [`OffsetSink`], so tests drive it with channels and paused time.
+//! The worker knows no broker: it reads [`Input`]s from any stream and acknowledges through an
+//! [`OffsetSink`] (the source seam, module `source`), so tests drive it with channels and paused
+//! time.
 
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +30,7 @@ use crate::pipeline::handler::Handler;
 use crate::pipeline::inbox::{Inbox, Mode, TxOutcome};
 use crate::pipeline::message::{Decoded, RawMessage};
 use crate::pipeline::offsets::OffsetTracker;
+pub use crate::source::{Input, OffsetSink};
 
 mod breaker;
 mod poison;
@@ -43,39 +45,6 @@ pub use breaker::{
 };
 pub use retry::{RetryPolicy, TIMEOUTS_BEFORE_SPLIT};
 use sequence::{Continuity, Sequence};
-
-/// What a partition's source yields.
-#[derive(Debug)]
-pub enum Input {
-    /// A record.
-    Record(RawMessage),
-    /// The partition's end was reached (no more records for now).
-    Eof,
-    /// A consumer error for this partition; the client keeps going.
-    Error(String),
-}
-
-/// Where committed positions go (Kafka's offset store in production).
-pub trait OffsetSink: Send + Sync + 'static {
-    /// Stores `next_offset` as the partition's position to commit.
-    fn store(&self, topic: &str, partition: i32, next_offset: i64) -> Result<(), String>;
-
-    /// Moves the partition's source back (or forward) so that its next record is the one at
-    /// `next_offset` (`None`: the partition's first record), and makes the source's committed
-    /// position follow: the database's position after it went back in time. A source that
-    /// cannot seek refuses, and the worker stops.
-    fn rewind(&self, topic: &str, partition: i32, next_offset: Option<i64>) -> Result<(), String> {
-        let _ = (topic, partition, next_offset);
-        Err("this source cannot move a partition's position".to_owned())
-    }
-
-    /// The source's position in the partition: the offset after the last record or marker it
-    /// read (past a transaction's control records, which carry no message). `None`: unknown.
-    fn position(&self, topic: &str, partition: i32) -> Option<i64> {
-        let _ = (topic, partition);
-        None
-    }
-}
 
 impl Default for WorkerSettings {
     /// The product's: batched, [`BatcherSettings::default`], natural batching, the default
@@ -129,7 +98,7 @@ pub struct WorkerSettings {
 }
 
 /// The state of one assigned partition.
-pub struct PartitionWorker<H: Handler, S: OffsetSink> {
+pub struct PartitionWorker<H: Handler, S: OffsetSink + ?Sized> {
     topic: Arc<str>,
     partition: i32,
     inbox: Arc<Inbox<H>>,
@@ -160,7 +129,7 @@ enum Step {
     Check,
 }
 
-impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
+impl<H: Handler, S: OffsetSink + ?Sized> PartitionWorker<H, S> {
     /// A worker for `topic`/`partition`. `at_eof` is set while every record read so far is
     /// committed and the source reported its end.
     pub fn new(

@@ -13,8 +13,8 @@ use crate::pipeline::dead_letter::{self, RowForm};
 use crate::pipeline::message::dedup_in_batch;
 use crate::pipeline::message::DeadLetter;
 use crate::pipeline::message::{Decoded, Message};
-use crate::pipeline::positions::OffsetTarget;
 use crate::reason::Reason;
+use crate::source::positions::OffsetTarget;
 
 /// See [`super::Inbox::dead_letter_poison`].
 pub(super) async fn dead_letter_poison<P>(

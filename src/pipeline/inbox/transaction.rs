@@ -16,8 +16,8 @@ use crate::observe::outcome::{StageTimings, TxOutcome};
 use crate::pipeline::dead_letter::{self, RowForm};
 use crate::pipeline::handler::{Handler, Rejection};
 use crate::pipeline::message::{dedup_in_batch, DeadLetter, Decoded, Message};
-use crate::pipeline::positions::{self, OffsetTarget};
 use crate::reason::ReasonCounts;
+use crate::source::positions::{self, OffsetTarget};
 
 /// The batched inbox transaction over an explicit connection; with a `target`, it also records
 /// the partition's next offset. Dead letters are written as rows of `rows`.

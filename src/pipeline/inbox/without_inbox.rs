@@ -13,7 +13,7 @@ use crate::failpoint::failpoint;
 use crate::pipeline::dead_letter::{self, RowForm};
 use crate::pipeline::handler::Handler;
 use crate::pipeline::message::Decoded;
-use crate::pipeline::positions::{self, OffsetTarget};
+use crate::source::positions::{self, OffsetTarget};
 
 /// The UNSAFE control: the batched transaction without dedup (every record is new, in-batch
 /// copies included) and without inbox rows. Only for showing that fault checks detect double

@@ -77,7 +77,7 @@ fn timestamps<P>(d: &Decoded<P>) -> Vec<Option<i64>> {
         .collect()
 }
 
-impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
+impl<H: Handler, S: OffsetSink + ?Sized> PartitionWorker<H, S> {
     /// Applies `decoded`, isolating poison messages by bisection, and stores offsets after each
     /// committed part. Returns false when abandoned (stopping while the database fails).
     pub(super) async fn apply_isolating(

@@ -63,7 +63,7 @@ impl Checked {
     }
 }
 
-impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
+impl<H: Handler, S: OffsetSink + ?Sized> PartitionWorker<H, S> {
     /// [`PartitionWorker::drain_ready`], moving the partition to the database's position when a
     /// batch found it moved ([`RunError::PositionMoved`]).
     pub(super) async fn drain_or_rewind(

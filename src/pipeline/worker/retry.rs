@@ -57,7 +57,7 @@ impl RetryPolicy {
     }
 }
 
-impl<H: Handler, S: OffsetSink> PartitionWorker<H, S> {
+impl<H: Handler, S: OffsetSink + ?Sized> PartitionWorker<H, S> {
     /// One transaction of `part` (batched or per-message, as configured), retried while it
     /// fails transiently.
     pub(super) async fn attempt(

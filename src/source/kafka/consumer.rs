@@ -45,8 +45,8 @@ use crate::error::{KafkaClientError, RunError};
 use crate::failpoint::failpoint;
 use crate::observe::stats::Stats;
 use crate::observe::telemetry::outage;
-use crate::pipeline::worker::OffsetSink;
 use crate::source::kafka::drain::DrainWatch;
+use crate::source::OffsetSink;
 
 pub(crate) mod headers;
 

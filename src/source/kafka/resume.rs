@@ -35,9 +35,9 @@ use uuid::Uuid;
 use crate::db::sql::{READ_TOPIC_IDS, RECORD_TOPIC_ID};
 use crate::error::{one_line_error, RunError};
 use crate::observe::stats::Stats;
-use crate::pipeline::positions;
 use crate::source::kafka::consumer::{AssignHook, GroupContext};
 use crate::source::kafka::topic_id::{self, Described};
+use crate::source::positions;
 
 /// How long an assignment waits for each of the two positions.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -251,7 +251,7 @@ fn replaced_topics(
 /// The reset deletes the group's offsets and recorded id of the topic, and the inbox rows whose
 /// keys were derived from the old topic's positions (`--id-from position`, and a tombstone passed
 /// on without its id header): a position key is a pure function of topic, partition and offset
-/// ([`crate::pipeline::message::key::position_key`]), so the new topic's record at the same position would
+/// ([`crate::source::key::position_key`]), so the new topic's record at the same position would
 /// get the same key and be skipped as a duplicate of the old one. Such a row is told apart
 /// exactly: its `message_id` is the position key of its own `topic`, `partition` and `offset`
 /// columns (the record's position, written with the id), recomputed in SQL from the key's bytes
@@ -263,9 +263,9 @@ fn replaced_topics(
 fn replaced(topic: &str, group: &str, stored: Uuid, current: Uuid) -> RunError {
     let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
     let (g, t) = (quote(group), quote(topic));
-    // The bytes hashed in front of a position (the table of `crate::pipeline::message::key`): the
+    // The bytes hashed in front of a position (the table of `crate::source::key`): the
     // namespace, the kind 0x02 (a position), the topic name's length (big-endian) and the name.
-    let mut prefix = crate::pipeline::message::key::NAMESPACE.as_bytes().to_vec();
+    let mut prefix = crate::source::key::NAMESPACE.as_bytes().to_vec();
     prefix.push(0x02);
     prefix.extend(u32::try_from(topic.len()).unwrap_or(u32::MAX).to_be_bytes());
     prefix.extend(topic.as_bytes());

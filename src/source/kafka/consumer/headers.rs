@@ -27,7 +27,7 @@ use rdkafka_sys::bindings::{
 };
 use rdkafka_sys::types::RDKafkaRespErr;
 
-use crate::pipeline::message::Header;
+use crate::source::Header;
 
 /// The headers of `m`, in order, or why librdkafka could not parse them.
 pub(crate) fn read(m: &BorrowedMessage<'_>) -> Result<Vec<Header>, String> {

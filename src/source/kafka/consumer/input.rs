@@ -14,8 +14,8 @@ use rdkafka::Message as _;
 use super::{headers, GroupContext};
 use crate::observe::stats::Stats;
 use crate::observe::telemetry::outage::is_connection_error;
-use crate::pipeline::message::RawMessage;
-use crate::pipeline::worker::Input;
+use crate::source::Input;
+use crate::source::RawMessage;
 
 /// Copies a borrowed record into the pipeline's owned type. Never panics, whatever its bytes:
 /// headers are read as bytes ([`headers::read`]); headers librdkafka cannot parse leave the

@@ -1,4 +1,8 @@
-//! Offsets in the database: the `consumer_offsets` table, written in each batch's transaction.
+//! Positions in the database: the `consumer_offsets` table, written in each batch's transaction
+//! by the inbox and read by the sources that resume from it (Kafka's `resume`, the `--exit-on-eof`
+//! check, an operator's `positions set`). A source's position is whatever it supplies as a
+//! record's offset (module `source`): Kafka's offset, a JetStream stream sequence, a queue's own
+//! count of deliveries. "Offsets in the database" lives here and nowhere else.
 //!
 //! Invariant: a partition's stored `next_offset` is written only inside the transaction that
 //! commits every record before it, and only from the position its writer last committed (a
