@@ -98,24 +98,7 @@ pub async fn run_with_stats<H: Handler>(
     stats: Arc<Stats>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
-    config.worker.unsafe_controls.warn();
-    stats.telemetry.declare_reasons(H::REJECTIONS);
-    stats
-        .telemetry
-        .set_unsafe_mode(&config.worker.unsafe_controls.switches());
-    let inbox = Arc::new(
-        Inbox::new(pool.clone(), handler, config.decoding.ids.header.as_str())
-            .with_decoding(config.decoding.clone())
-            .with_unsafe_controls(config.worker.unsafe_controls)
-            .with_offsets_in_db(config.offsets_in_db.then_some(config.kafka.group.as_str()))
-            .with_dedup_window(config.dedup_window)
-            .with_statement_timeout(config.statement_timeout),
-    );
-    let workers = Arc::new(Workers {
-        inbox,
-        settings: config.worker,
-        stats: stats.clone(),
-    });
+    let workers = Workers::new(&config, pool.clone(), handler, stats.clone());
     let source = KafkaSource {
         settings: config.kafka,
         revoke_timeout: config.revoke_timeout,
@@ -132,6 +115,28 @@ struct Workers<H: Handler> {
     inbox: Arc<Inbox<H>>,
     settings: WorkerSettings,
     stats: Arc<Stats>,
+}
+
+impl<H: Handler> Workers<H> {
+    /// The pipeline of `config` over `pool` with `handler`, counting into `stats`.
+    fn new(config: &ProcessorConfig, pool: Pool, handler: Arc<H>, stats: Arc<Stats>) -> Arc<Self> {
+        config.worker.unsafe_controls.warn();
+        stats.telemetry.declare_reasons(H::REJECTIONS);
+        stats
+            .telemetry
+            .set_unsafe_mode(&config.worker.unsafe_controls.switches());
+        let inbox = Inbox::new(pool, handler, config.decoding.ids.header.as_str())
+            .with_decoding(config.decoding.clone())
+            .with_unsafe_controls(config.worker.unsafe_controls)
+            .with_offsets_in_db(config.offsets_in_db.then_some(config.kafka.group.as_str()))
+            .with_dedup_window(config.dedup_window)
+            .with_statement_timeout(config.statement_timeout);
+        Arc::new(Self {
+            inbox: Arc::new(inbox),
+            settings: config.worker,
+            stats,
+        })
+    }
 }
 
 impl<H: Handler> Partitions for Workers<H> {
@@ -219,3 +224,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_owned())
 }
+
+#[cfg(test)]
+mod tests;
