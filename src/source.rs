@@ -49,6 +49,13 @@
 //!   database's position. Kafka seeks; JetStream makes its consumer start at that sequence; a
 //!   queue cannot replay what it acknowledged, and refuses (the default), which stops the
 //!   partition: records acknowledged after the database's backup are gone from a queue.
+//! - **Around the run** (the service's, `crate::service`): a start-up probe that tells refused
+//!   credentials, a failed handshake, a missing permission and no broker apart within the
+//!   start-up timeout (Kafka's `KafkaSettings::probe`), and how long the broker keeps a record,
+//!   which the dedup-window guard compares with the inbox retention (Kafka's `retention.ms`,
+//!   `maintenance::retention::topic`; a JetStream stream's `max_age`; a queue keeps a record
+//!   until it is acknowledged, so a redelivery is never older than the oldest unacknowledged
+//!   delivery).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
