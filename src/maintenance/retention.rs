@@ -49,6 +49,15 @@ pub enum RetentionError {
         /// Rows copied.
         rows: u64,
     },
+    /// More partitions ahead than [`crate::defaults::MAX_PARTITIONS_AHEAD`] (a year and a day):
+    /// each is a table, and days past the year 9999 have no partition name.
+    #[error("{given} partitions ahead: at most {max}")]
+    TooFarAhead {
+        /// The days ahead asked for.
+        given: u32,
+        /// The most there may be.
+        max: u32,
+    },
 }
 
 impl RetentionError {
@@ -57,7 +66,9 @@ impl RetentionError {
         match self {
             RetentionError::Db(e) => is_retryable_db(e),
             RetentionError::Pool(_) => true,
-            RetentionError::NoInbox | RetentionError::CopyMismatch { .. } => false,
+            RetentionError::NoInbox
+            | RetentionError::CopyMismatch { .. }
+            | RetentionError::TooFarAhead { .. } => false,
         }
     }
 }
@@ -135,6 +146,7 @@ pub async fn prepare_partitions(
     settings: &RetentionSettings,
     now: SystemTime,
 ) -> Result<(Vec<String>, Vec<String>), RetentionError> {
+    partition::check_ahead(settings.partitions_ahead)?;
     let mut client = pool.get().await?;
     if partition::layout(&client).await? == Layout::Plain {
         return Ok((Vec::new(), Vec::new()));

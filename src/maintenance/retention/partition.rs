@@ -23,6 +23,7 @@ use tokio_postgres::error::SqlState;
 use super::delete::NOT_V7;
 use super::RetentionError;
 use crate::days::{day_bounds, day_of_millis, day_of_partition, partition_name, unix_millis};
+use crate::pipeline::defaults;
 
 /// The default partition's name.
 pub const DEFAULT_PARTITION: &str = "inbox_default";
@@ -96,6 +97,7 @@ pub async fn convert(
     today: i64,
     ahead: u32,
 ) -> Result<Option<Conversion>, RetentionError> {
+    check_ahead(ahead)?;
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PARTITION_LOCK])
         .await?;
@@ -362,6 +364,15 @@ pub async fn default_rows(client: &Client, limit: i64) -> Result<i64, RetentionE
     Ok(row.get(0))
 }
 
+/// Refuses more days ahead than [`defaults::MAX_PARTITIONS_AHEAD`] ([`RetentionError::TooFarAhead`]).
+pub(crate) fn check_ahead(ahead: u32) -> Result<(), RetentionError> {
+    let max = defaults::MAX_PARTITIONS_AHEAD;
+    match ahead <= max {
+        true => Ok(()),
+        false => Err(RetentionError::TooFarAhead { given: ahead, max }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,5 +385,14 @@ mod tests {
         assert_eq!(expired_days(&[7, 8, 9, 10, 11], cutoff), vec![7, 8, 9]);
         let cutoff = UNIX_EPOCH + Duration::from_millis(10 * day_ms - 1);
         assert_eq!(expired_days(&[8, 9, 10], cutoff), vec![8]);
+    }
+
+    #[test]
+    fn more_partitions_ahead_than_a_year_and_a_day_are_refused() {
+        assert!(check_ahead(0).is_ok());
+        assert!(check_ahead(defaults::MAX_PARTITIONS_AHEAD).is_ok());
+        let e = check_ahead(defaults::MAX_PARTITIONS_AHEAD + 1).unwrap_err();
+        assert_eq!(e.to_string(), "367 partitions ahead: at most 366");
+        assert!(!e.is_retryable());
     }
 }
