@@ -105,12 +105,17 @@
 //! - `observe`: what a run did, counted once (`outcome`, `stats`) and shown as Prometheus
 //!   metrics (`telemetry`), the stats file (`metrics`, `stats_file`) and the probes (`exporter`).
 //! - `maintenance`: retention, the redrive of dead letters, and positions moved by an operator.
-//! - `db`: the pool, migrations, grants checked at start, TLS (`tls`) and every statement (`sql`).
+//! - `db`: the pool, migrations, grants checked at start, TLS (`tls`), every statement (`sql`)
+//!   and the database's error.
 //! - `processor`: the wiring of the above, which [`run`] is; `service`: what the binary's `run`
 //!   does around it (start-up checks, retention, the listener, the stats file), for a service
 //!   that embeds the library with its own handler ([`Service`]).
-//! - Leaves: `error`, `reason` (why a message is not applied), `names` (settings as text),
-//!   `days` (UUIDv7 time), `secret` (what is never shown), `failpoint`, `unsafe_controls`.
+//! - `error`: the processor's error ([`RunError`]) and the few the source and the pipeline share
+//!   (each says why it is there); every other error is its own module's, and the root
+//!   re-exports each.
+//! - Leaves: `fault` (whose a database failure is), `one_line` (an error said on one line),
+//!   `reason` (why a message is not applied), `names` (settings as text), `days` (UUIDv7 time),
+//!   `secret` (what is never shown), `failpoint`, `unsafe_controls`.
 //!
 //! Public, at the paths users know (re-exported from the folders): `batcher`, `days`, `db`,
 //! `defaults`, `exporter`, `inbox`, `ledger`, `message`, `positions`, `redrive`, `retention`,
@@ -130,9 +135,11 @@ mod source;
 pub mod days;
 mod error;
 mod failpoint;
+mod fault;
 #[doc(hidden)]
 pub mod flags;
 mod names;
+mod one_line;
 mod reason;
 pub mod secret;
 mod unsafe_controls;
@@ -145,22 +152,27 @@ pub use observe::{exporter, stats_file};
 pub use pipeline::{batcher, defaults, inbox, message, worker};
 
 pub use batcher::{BatcherSettings, Batching};
+pub use db::DbError;
 pub use db::Transaction;
 pub use error::{
-    one_line_error, DbError, Fault, HandlerError, InboxError, KafkaClientError, KafkaStartupError,
-    RefusedSetting, RunError,
+    one_line_error, HandlerError, InboxError, KafkaClientError, RefusedSetting, RunError,
 };
+pub use fault::Fault;
 pub use handlers::sql_handler::{
     JsonPayload, RouteError, SqlError, SqlFileError, SqlHandler, SqlStatement,
 };
 pub use inbox::Mode;
+pub use maintenance::{
+    positions::PositionsError, redrive::RedriveError, retention::RetentionError,
+};
 pub use message::{Decode, Header, Message, RawMessage};
 pub use names::{parse_interval, Named, UnknownName, MAX_INTERVAL};
+pub use observe::exporter::ExporterError;
 pub use observe::stats::{Stats, StatsSnapshot};
 pub use pipeline::handler::{Handler, Rejection};
 pub use processor::{run, run_with_stats, ProcessorConfig};
 pub use reason::{InvalidReason, Reason, RejectReason};
 pub use service::{Service, ServiceConfig, ServiceError};
-pub use source::kafka::consumer::KafkaSettings;
+pub use source::kafka::consumer::{KafkaSettings, KafkaStartupError};
 pub use unsafe_controls::UnsafeControls;
 pub use worker::{RetryPolicy, WorkerSettings};

@@ -32,7 +32,9 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 
 use crate::db::sql::redrive::{LIST, PREVIEW_PARKED};
-use crate::error::{chain, Fault, InboxError};
+use crate::error::InboxError;
+use crate::fault::Fault;
+use crate::one_line::chain;
 pub use crate::pipeline::dead_letter::stored::table;
 pub use crate::pipeline::dead_letter::{Listed, Position};
 use crate::pipeline::handler::Handler;

@@ -26,17 +26,17 @@ use tokio_util::sync::CancellationToken;
 pub use partition::Layout;
 pub use settings::RetentionSettings;
 
-use crate::error::is_retryable_db;
+use crate::fault::is_retryable_db;
 use partition::{DdlOutcome, DEFAULT_PARTITION};
 
 /// Failure of a retention step.
 #[derive(Debug, thiserror::Error)]
 pub enum RetentionError {
     /// No connection could be had from the pool.
-    #[error("database pool: {}", crate::error::pool_line(.0))]
+    #[error("database pool: {}", crate::one_line::pool_line(.0))]
     Pool(#[from] PoolError),
     /// A statement failed.
-    #[error("database: {}", crate::error::pg_line(.0))]
+    #[error("database: {}", crate::one_line::pg_line(.0))]
     Db(#[from] tokio_postgres::Error),
     /// There is no inbox table yet.
     #[error("there is no inbox table: run `batch-inbox migrate`")]

@@ -88,11 +88,11 @@ impl OpsState {
                 .probe
                 .get()
                 .await
-                .map_err(|e| scrubbed(crate::error::pool_line(&e)))?;
+                .map_err(|e| scrubbed(crate::one_line::pool_line(&e)))?;
             client
                 .simple_query("SELECT 1")
                 .await
-                .map_err(|e| scrubbed(crate::error::pg_line(&e)))
+                .map_err(|e| scrubbed(crate::one_line::pg_line(&e)))
         };
         match tokio::time::timeout(self.probe_timeout, query).await {
             Ok(Ok(_)) => {}
@@ -185,7 +185,7 @@ pub enum ExporterError {
     },
     /// The readiness pool cannot connect.
     #[error(transparent)]
-    Db(#[from] crate::error::DbError),
+    Db(#[from] crate::db::DbError),
 }
 
 /// Binds `addr`, connects the readiness pool to `database_url`, and serves in a task until

@@ -11,7 +11,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{first_offset, poison, Attempt, OffsetSink, PartitionWorker};
-use crate::error::{Fault, InboxError, RunError};
+use crate::error::{InboxError, RunError};
+use crate::fault::Fault;
 use crate::pipeline::handler::Handler;
 use crate::pipeline::inbox::{Mode, TxOutcome};
 use crate::pipeline::message::Decoded;
