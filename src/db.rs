@@ -21,7 +21,7 @@
 //! `applied_at`, in the migration's transaction: the tables themselves are not touched. A row
 //! that no release recorded stops it, with nothing changed.
 
-pub mod sql;
+pub(crate) mod sql;
 pub(crate) mod tls;
 
 use std::str::FromStr;

@@ -117,10 +117,11 @@
 //!   `reason` (why a message is not applied), `names` (settings as text), `days` (UUIDv7 time),
 //!   `secret` (what is never shown), `failpoint`, `unsafe_controls`.
 //!
-//! Public, at the paths users know (re-exported from the folders): `batcher`, `days`, `db`,
-//! `defaults`, `exporter`, `inbox`, `ledger`, `message`, `positions`, `redrive`, `retention`,
-//! `secret`, `sql`, `stats_file` and `worker`; the root re-exports what an embedding service
-//! needs. The command line is the binary's (`src/cli/`), not the library's.
+//! Public: the root's items (what an embedding service writes: the handler trait and its
+//! types, the settings, the entry points, the errors) and the modules `db`, `key`, `ledger`,
+//! `positions`, `redrive`, `retention` and `stats_file`. Everything else is the crate's own; the
+//! binary's command line (`src/cli/`), the tests, the load tools and the benches reach what they
+//! need of it through one hidden door, `internals`, which is not part of the API.
 #![warn(missing_docs, unreachable_pub, unnameable_types)]
 
 pub mod db;
@@ -129,50 +130,71 @@ mod maintenance;
 mod observe;
 mod pipeline;
 mod processor;
-pub mod service;
+mod service;
 mod source;
 
-pub mod days;
+mod days;
 mod error;
 mod failpoint;
 mod fault;
-#[doc(hidden)]
-pub mod flags;
+mod flags;
 mod names;
 mod one_line;
 mod reason;
-pub mod secret;
+mod secret;
 mod unsafe_controls;
 
-// The public modules, at the paths users know; they live in the stages' folders.
-pub use db::sql;
+#[doc(hidden)]
+pub mod internals;
+
 pub use handlers::ledger;
 pub use maintenance::{positions, redrive, retention};
-pub use observe::{exporter, stats_file};
-pub use pipeline::{batcher, defaults, inbox, message, worker};
+pub use pipeline::message::key;
 
-pub use batcher::{BatcherSettings, Batching};
-pub use db::DbError;
+/// The run report that a [`Service`] writes to [`ServiceConfig::stats_file`] (`run
+/// --stats-file`): the settings of the run and what it did, rewritten periodically while it runs
+/// and once more when it stops, replaced atomically. The load tools read it; a service reads its
+/// counters with [`Stats::snapshot`].
+pub mod stats_file {
+    pub use crate::observe::stats_file::{Measured, Percentiles, RunSettings, StatsReport};
+}
+
+// The handler and its messages.
 pub use db::Transaction;
+pub use pipeline::handler::{Handler, Rejection};
+pub use pipeline::message::{
+    Decode, Decoding, Header, IdFormat, IdRules, IdSource, Message, RawMessage, Tombstones,
+    ValueFormat,
+};
+pub use reason::{InvalidReason, Reason, RejectReason};
+
+// The settings and the entry points.
+pub use pipeline::batcher::{BatcherSettings, Batching};
+pub use pipeline::inbox::Mode;
+pub use pipeline::worker::{PoisonLimit, PoisonRate, PoisonShare, RetryPolicy, WorkerSettings};
+pub use processor::{run, run_with_stats, ProcessorConfig};
+pub use secret::DatabaseUrl;
+pub use service::{Service, ServiceConfig};
+pub use source::kafka::consumer::KafkaSettings;
+pub use unsafe_controls::UnsafeControls;
+
+// What a run did.
+pub use observe::stats::{Stats, StatsSnapshot};
+
+// The errors, each its module's, and how the binary says one.
+pub use db::DbError;
 pub use error::{
     one_line_error, HandlerError, InboxError, KafkaClientError, RefusedSetting, RunError,
 };
 pub use fault::Fault;
-pub use handlers::sql_handler::{
-    JsonPayload, RouteError, SqlError, SqlFileError, SqlHandler, SqlStatement,
-};
-pub use inbox::Mode;
+pub use handlers::sql_handler::{RouteError, SqlError, SqlFileError};
 pub use maintenance::{
     positions::PositionsError, redrive::RedriveError, retention::RetentionError,
 };
-pub use message::{Decode, Header, Message, RawMessage};
-pub use names::{parse_interval, Named, UnknownName, MAX_INTERVAL};
+pub use names::UnknownName;
 pub use observe::exporter::ExporterError;
-pub use observe::stats::{Stats, StatsSnapshot};
-pub use pipeline::handler::{Handler, Rejection};
-pub use processor::{run, run_with_stats, ProcessorConfig};
-pub use reason::{InvalidReason, Reason, RejectReason};
-pub use service::{Service, ServiceConfig, ServiceError};
-pub use source::kafka::consumer::{KafkaSettings, KafkaStartupError};
-pub use unsafe_controls::UnsafeControls;
-pub use worker::{RetryPolicy, WorkerSettings};
+pub use service::ServiceError;
+pub use source::kafka::consumer::KafkaStartupError;
+
+// The handlers that ship with it: the ledger is a module (above), the SQL handler is these.
+pub use handlers::sql_handler::{JsonPayload, SqlHandler, SqlStatement};

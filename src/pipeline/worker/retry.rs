@@ -20,7 +20,7 @@ use crate::pipeline::message::Decoded;
 /// Timeouts (57014, or no answer within the deadline) of one batch before it is bisected: a
 /// batch too big for the statement timeout commits in smaller parts; a single message that keeps
 /// timing out stalls its partition instead (a slow database is not the message's fault).
-pub const TIMEOUTS_BEFORE_SPLIT: u32 = 3;
+pub(crate) const TIMEOUTS_BEFORE_SPLIT: u32 = 3;
 
 /// Retry schedule for transient failures: exponential with full jitter, capped.
 #[derive(Debug, Clone, Copy)]
