@@ -10,7 +10,9 @@ use std::hint::black_box;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use batch_inbox::batcher::{Batcher, BatcherSettings};
+use batch_inbox::BatcherSettings;
+
+use batch_inbox::internals::batcher::Batcher;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tokio::time::Instant;
 

@@ -8,8 +8,9 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
+use batch_inbox::internals::message::{decode_batch, dedup_in_batch};
 use batch_inbox::ledger::Entry;
-use batch_inbox::message::{decode_batch, dedup_in_batch, Header, Message, RawMessage};
+use batch_inbox::{Header, Message, RawMessage};
 use batch_inbox_tools::generate::{Generator, GeneratorSettings, Record};
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};

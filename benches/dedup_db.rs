@@ -32,8 +32,8 @@ const V4_SIZES: [usize; 1] = [1_000];
 const TOPIC: &str = "bench";
 const PARTITION: i32 = 0;
 
-/// The batched dedup statement the pipeline runs (one source: `batch_inbox::sql`).
-use batch_inbox::sql::INSERT_IDS;
+/// The batched dedup statement the pipeline runs (one source: `batch_inbox::internals::sql`).
+use batch_inbox::internals::sql::INSERT_IDS;
 
 fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()

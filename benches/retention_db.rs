@@ -27,11 +27,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
-use batch_inbox::days::{day_of_millis, unix_millis};
 use batch_inbox::db;
-use batch_inbox::retention::delete::NOT_V7;
-use batch_inbox::retention::partition::{self, DdlOutcome};
-use batch_inbox::retention::Layout;
+use batch_inbox::internals::days::{day_of_millis, unix_millis};
+use batch_inbox::internals::retention::delete::NOT_V7;
+use batch_inbox::internals::retention::partition::{self, DdlOutcome};
+use batch_inbox::retention::{self, Layout};
 use deadpool_postgres::Pool;
 use load::Ids;
 use serde_json::{json, Value};
@@ -161,7 +161,7 @@ async fn prepare(base: &str, cfg: Config, plan: &Plan) -> Result<(Pool, Value)> 
     c.batch_execute(include_str!("../scripts/sql/uuid7_at.sql"))
         .await?;
     if cfg.layout == Layout::Partitioned {
-        partition::convert(&mut c, today(), 3).await?;
+        retention::convert(&mut c, today(), 3).await?;
         for day in today() - DAYS..today() {
             let created = partition::create_day(&mut c, day, Duration::from_secs(5)).await?;
             anyhow::ensure!(created == DdlOutcome::Done(0), "partition of day {day}");

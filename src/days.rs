@@ -16,11 +16,11 @@ use jiff::Span;
 use uuid::{Uuid, Version};
 
 /// Milliseconds in a day.
-pub const DAY_MS: i64 = 86_400_000;
+pub(crate) const DAY_MS: i64 = 86_400_000;
 
 /// The creation time of a UUIDv7 in Unix milliseconds; `None` for any other version (a UUIDv4
 /// carries no time).
-pub fn v7_millis(id: &Uuid) -> Option<i64> {
+pub(crate) fn v7_millis(id: &Uuid) -> Option<i64> {
     // `get_timestamp` also reads the times of versions 1 and 6, which are not partition times.
     if id.get_version() != Some(Version::SortRand) {
         return None;
@@ -31,7 +31,7 @@ pub fn v7_millis(id: &Uuid) -> Option<i64> {
 }
 
 /// The smallest UUID whose first 48 bits are `ms` (clamped to the 48-bit range).
-pub fn uuid_at_millis(ms: i64) -> Uuid {
+pub(crate) fn uuid_at_millis(ms: i64) -> Uuid {
     let ms = ms.clamp(0, (1i64 << 48) - 1) as u64;
     let mut bytes = [0u8; 16];
     bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
@@ -47,7 +47,7 @@ pub fn unix_millis(t: SystemTime) -> i64 {
 }
 
 /// `t - d`, saturating at the epoch.
-pub fn before(t: SystemTime, d: Duration) -> SystemTime {
+pub(crate) fn before(t: SystemTime, d: Duration) -> SystemTime {
     t.checked_sub(d).unwrap_or(UNIX_EPOCH).max(UNIX_EPOCH)
 }
 
@@ -84,7 +84,7 @@ pub fn partition_name(day: i64) -> String {
 }
 
 /// The day of a partition named `inbox_pYYYYMMDD`; `None` for any other name.
-pub fn day_of_partition(name: &str) -> Option<i64> {
+pub(crate) fn day_of_partition(name: &str) -> Option<i64> {
     let digits = name.strip_prefix("inbox_p")?;
     if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;

@@ -21,7 +21,7 @@
 //! `applied_at`, in the migration's transaction: the tables themselves are not touched. A row
 //! that no release recorded stops it, with nothing changed.
 
-pub mod sql;
+pub(crate) mod sql;
 pub(crate) mod tls;
 
 use std::str::FromStr;
@@ -30,11 +30,11 @@ use std::time::Duration;
 
 use deadpool_postgres::{Hook, HookError, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
-use crate::error::DbError;
-
+mod error;
 mod grants;
 pub(crate) mod schema;
 
+pub use error::DbError;
 pub(crate) use grants::check_statement;
 pub use grants::{check_grants, Uses};
 
@@ -262,7 +262,7 @@ pub async fn connect_within(
         if last.is_none() {
             tracing::info!(
                 "{}; retrying for at most {} s",
-                crate::error::chain(&failed),
+                crate::one_line::chain(&failed),
                 within.as_secs()
             );
         }

@@ -1,106 +1,25 @@
-//! Error types, one per boundary, each able to say whether retrying can help.
+//! The root's errors: the processor's ([`RunError`]) and how an error is said on one line
+//! ([`one_line_error`]).
 //!
-//! Classification is by SQLSTATE and error kind, never by message text.
+//! Each stage's error is its own module's: the database's ([`DbError`], `db`), the Kafka probe's
+//! (`KafkaStartupError`, `source::kafka::consumer`), the SQL handler's, the redrive's, the
+//! retention's, the positions', the listener's, the service's; the crate root re-exports every
+//! one at `batch_inbox::*Error`. The few defined here are here because the module graph
+//! (`scripts/module-graph.py --check`: no circle) leaves them no other place, each said at its
+//! definition: `RunError` wraps them, and the source, below the pipeline, returns them.
+//!
+//! Classification is by SQLSTATE and error kind, never by message text ([`Fault`], the leaf
+//! `fault`).
 
 use deadpool_postgres::PoolError;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaConfRes;
 use tokio_postgres::error::SqlState;
 
+use crate::db::DbError;
+use crate::fault::{classify_db, Fault};
+use crate::one_line::{chain, pg_line, pool_line};
 use crate::secret::{scrub, sensitive_values};
-
-mod fault;
-pub use fault::Fault;
-pub(crate) use fault::{classify_db, is_retryable_db};
-
-/// An error with its causes, each once, on one line: a wrapper that displays its cause is not
-/// repeated, and a PostgreSQL or pool error is said the way [`pg_line`] and [`pool_line`] say
-/// it (the driver's own words, `db error`, and the server's multi-line text are not).
-pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = String::new();
-    let mut node = Some(error);
-    while let Some(e) = node {
-        let (own, next) = match (
-            e.downcast_ref::<tokio_postgres::Error>(),
-            e.downcast_ref::<PoolError>(),
-        ) {
-            (Some(pg), _) => (pg_line(pg), None),
-            (None, Some(pool)) => (pool_line(pool), None),
-            (None, None) => (one_line(&e.to_string()), e.source()),
-        };
-        if text.is_empty() {
-            text = own;
-        } else if !own.is_empty() && !text.ends_with(&own) {
-            text.push_str(": ");
-            text.push_str(&own);
-        }
-        node = next;
-    }
-    text
-}
-
-/// `text` on one line: its line breaks and runs of blanks become one space.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// A PostgreSQL error on one line, as a person would say it: the server's message, with its
-/// detail and hint (`permission denied for table inbox`); for a failure on the client's side,
-/// the driver's words and their cause once (`error connecting to server: Connection refused (os
-/// error 111)`).
-pub(crate) fn pg_line(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        let mut text = db.message().to_owned();
-        if let Some(detail) = db.detail() {
-            text.push_str(&format!(" (detail: {detail})"));
-        }
-        if let Some(hint) = db.hint() {
-            text.push_str(&format!(" (hint: {hint})"));
-        }
-        return one_line(&text);
-    }
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        let c_text = c.to_string();
-        if !text.ends_with(&c_text) {
-            text.push_str(": ");
-            text.push_str(&c_text);
-        }
-        cause = c.source();
-    }
-    one_line(&text)
-}
-
-/// A pool's failure on one line: the database's error behind it ([`pg_line`]), or what the pool
-/// waited for.
-pub(crate) fn pool_line(e: &PoolError) -> String {
-    use deadpool_postgres::HookError;
-    match e {
-        PoolError::Backend(e) | PoolError::PostCreateHook(HookError::Backend(e)) => pg_line(e),
-        PoolError::PostCreateHook(HookError::Message(m)) => one_line(m),
-        other => other.to_string(),
-    }
-}
-
-/// Why connecting failed, without the driver's `error connecting to server` (the caller says
-/// that): the operating system's reason (`Connection refused (os error 111)`), or the server's
-/// (`password authentication failed for user "app"`).
-fn connect_line(e: &PoolError) -> String {
-    if let PoolError::Timeout(_) = e {
-        return "no answer (timed out)".to_owned();
-    }
-    if let PoolError::Backend(pg) = e {
-        if pg.as_db_error().is_none() {
-            if let Some(io) =
-                std::error::Error::source(pg).and_then(|s| s.downcast_ref::<std::io::Error>())
-            {
-                return io.to_string();
-            }
-        }
-    }
-    pool_line(e)
-}
 
 /// `error` on one line, each cause once, as the binary prints it: a wrapper that displays its
 /// cause is not repeated, and a PostgreSQL error is said by its server message (no `db error:
@@ -110,6 +29,8 @@ pub fn one_line_error(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Failure of a handler's business logic.
+///
+/// The handler trait's (`pipeline::handler`), defined here because [`InboxError`] wraps it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HandlerError {
@@ -156,6 +77,9 @@ impl HandlerError {
 }
 
 /// Failure of one inbox transaction (dedup, handler, dead letters, commit).
+///
+/// The inbox's (`pipeline::inbox`), defined here because [`RunError`] wraps it and the source,
+/// below the pipeline, returns both (the partitions' positions are read with it).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InboxError {
@@ -276,6 +200,9 @@ impl InboxError {
 /// Never holds a property's value: librdkafka's own messages quote values (`Invalid value "…"
 /// for configuration property "…"`), so a refused property keeps its key and the kind of problem
 /// only, and other creation errors have the sensitive values of the properties scrubbed.
+///
+/// The Kafka consumer's (`source::kafka::consumer`), defined here because [`RunError`] wraps it
+/// and the source returns `RunError`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum KafkaClientError {
@@ -307,88 +234,6 @@ impl KafkaClientError {
             },
             other => Self::Create(scrub(&other.to_string(), sensitive_values(properties))),
         }
-    }
-}
-
-/// The Kafka side refused the processor at start (the probe of [`crate::KafkaSettings::probe`]);
-/// nothing was consumed. Each reads as one line naming the cause, without any sensitive value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum KafkaStartupError {
-    /// The client could not be created from its properties.
-    #[error(transparent)]
-    Client(KafkaClientError),
-    /// The brokers refused the credentials.
-    #[error(
-        "Kafka at {brokers}: SASL authentication failed{}; check sasl.mechanism, sasl.username \
-         and sasl.password",
-        suffix(detail)
-    )]
-    Authentication {
-        /// The bootstrap servers.
-        brokers: String,
-        /// librdkafka's reason, scrubbed of sensitive values (may be empty).
-        detail: String,
-    },
-    /// The TLS handshake failed (an unknown certificate authority, a name that does not match).
-    #[error(
-        "Kafka at {brokers}: TLS handshake failed{}; check ssl.ca.location and the broker's \
-         certificate",
-        suffix(detail)
-    )]
-    Tls {
-        /// The bootstrap servers.
-        brokers: String,
-        /// librdkafka's reason, scrubbed of sensitive values (may be empty).
-        detail: String,
-    },
-    /// No broker answered within the start-up timeout.
-    #[error(
-        "Kafka at {brokers}: no broker answered within {} s ({detail}); check --brokers and \
-         security.protocol, or raise --startup-timeout",
-        waited.as_secs_f64()
-    )]
-    Unreachable {
-        /// The bootstrap servers.
-        brokers: String,
-        /// How long the probe waited.
-        waited: std::time::Duration,
-        /// librdkafka's last failure, scrubbed of sensitive values.
-        detail: String,
-    },
-    /// The principal may not read (or describe) the topic.
-    #[error(
-        "Kafka topic `{topic}`: authorization failed: the processor's principal needs READ \
-         (and DESCRIBE) on the topic"
-    )]
-    TopicAuthorization {
-        /// The topic.
-        topic: String,
-    },
-    /// The principal may not use the consumer group.
-    #[error(
-        "Kafka consumer group `{group}`: authorization failed: the processor's principal needs \
-         READ on the group"
-    )]
-    GroupAuthorization {
-        /// The group.
-        group: String,
-    },
-    /// A request of the probe failed otherwise.
-    #[error("Kafka at {brokers}: {detail}")]
-    Request {
-        /// The bootstrap servers.
-        brokers: String,
-        /// What failed, scrubbed of sensitive values.
-        detail: String,
-    },
-}
-
-/// ` (detail)`, or nothing when there is none.
-fn suffix(detail: &str) -> String {
-    match detail.is_empty() {
-        true => String::new(),
-        false => format!(" ({detail})"),
     }
 }
 
@@ -514,140 +359,11 @@ pub enum RunError {
     },
 }
 
-/// Failure to set up the database (pool, migrations).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DbError {
-    /// The database URL does not parse.
-    #[error("invalid database URL: {0}")]
-    Url(String),
-    /// The pool could not be built.
-    #[error("cannot build the connection pool: {0}")]
-    Build(String),
-    /// TLS to the database could not be set up (`sslmode=require`, `PGSSLROOTCERT`).
-    #[error("cannot set up TLS to the database: {0}")]
-    Tls(String),
-    /// A connection could not be had.
-    #[error("cannot connect to the database: {}", pool_line(.0))]
-    Pool(#[from] PoolError),
-    /// A statement failed.
-    #[error("database: {}", pg_line(.0))]
-    Postgres(#[from] tokio_postgres::Error),
-    /// The first connection failed: the database's address (hosts and ports, never the URL's
-    /// password) and the reason, once.
-    #[error("cannot connect to the database at {at}: {}", connect_line(.error))]
-    Connect {
-        /// `host:port` (several, comma-separated, when the URL names several; a socket
-        /// directory for a Unix socket).
-        at: String,
-        /// The pool's failure (said by the message, so not its source).
-        error: PoolError,
-    },
-    /// The role lacks a privilege a command needs (found at start, by running the command's
-    /// statements on empty input in a transaction that is rolled back).
-    #[error(
-        "the database role {role:?} lacks {privilege} on table {table}, which `{command}` needs: \
-         GRANT {privilege} ON {table} TO {role:?} (docs/OPERATIONS.md, \"Database roles and \
-         grants\")"
-    )]
-    Grant {
-        /// The role (`current_user`).
-        role: String,
-        /// The table.
-        table: String,
-        /// The privilege (`SELECT`, `INSERT`, `UPDATE`, `DELETE`).
-        privilege: String,
-        /// The command that needs it (`run`, `dead-letters redrive`, …).
-        command: String,
-    },
-    /// The role may not run a statement a command needs, for a reason that is not one table's
-    /// privilege (the SQL handler's statement, a schema's `USAGE`, a table's owner): the
-    /// server's message.
-    #[error("the database role {role:?} cannot run {what}, which `{command}` needs: {message}")]
-    Denied {
-        /// The role (`current_user`).
-        role: String,
-        /// What it cannot run (`the --apply-sql statement`, `the inbox's partition upkeep`).
-        what: String,
-        /// The command that needs it.
-        command: String,
-        /// The server's message (`permission denied for table accounts`).
-        message: String,
-    },
-    /// An owner's tables are older than this binary.
-    #[error(
-        "database schema: the {owner}'s tables are at version {have}, this binary needs {want}: \
-         run {migrate}"
-    )]
-    Schema {
-        /// Whose tables: `core` or `ledger`.
-        owner: &'static str,
-        /// The owner's latest applied migration (0: none).
-        have: i32,
-        /// The owner's latest known migration.
-        want: i32,
-        /// The command that brings them up, quoted.
-        migrate: &'static str,
-    },
-    /// `schema_migrations` still has the layout of a release before migrations had owners.
-    #[error(
-        "database schema: schema_migrations was recorded by a release before versions by owner: \
-         run {migrate} to re-record it"
-    )]
-    LegacySchema {
-        /// The command that re-records it, quoted.
-        migrate: &'static str,
-    },
-    /// `schema_migrations` (in the layout before owners) holds a row that no release recorded:
-    /// it is not re-recorded, and nothing is changed.
-    #[error(
-        "database schema: schema_migrations records version {version} ({name:?}), which no \
-         release recorded: nothing was changed"
-    )]
-    UnknownMigration {
-        /// Its version.
-        version: i32,
-        /// Its name.
-        name: String,
-    },
-}
-
-impl DbError {
-    /// Whether trying again soon may succeed: the server is not up yet or not reachable (refused,
-    /// timed out, starting up, too many connections). A refused password, a missing database
-    /// or grant, or a schema behind are not.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            DbError::Pool(e) | DbError::Connect { error: e, .. } => match e {
-                PoolError::Backend(pg) => is_retryable_db(pg),
-                PoolError::Timeout(_) => true,
-                _ => false,
-            },
-            DbError::Postgres(pg) => is_retryable_db(pg),
-            _ => false,
-        }
-    }
-
-    /// This error with `migrate` (quoted) as the command that fixes it, when it is a schema
-    /// behind; any other error unchanged. A caller that knows the handler names its `migrate`.
-    pub fn with_migrate(self, migrate: &'static str) -> Self {
-        match self {
-            DbError::Schema {
-                owner, have, want, ..
-            } => DbError::Schema {
-                owner,
-                have,
-                want,
-                migrate,
-            },
-            DbError::LegacySchema { .. } => DbError::LegacySchema { migrate },
-            other => other,
-        }
-    }
-}
-
 /// A setting refused by a rule of the consumer's settings check. Like every configuration error, it names the property, never
 /// its value.
+///
+/// The Kafka consumer's (`source::kafka::consumer::refused`), defined here because [`RunError`]
+/// wraps it and the source returns `RunError`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("refused -X {key} (safe: {safe}): {reason}")]
 pub struct RefusedSetting {

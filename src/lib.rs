@@ -108,18 +108,24 @@
 //! - `observe`: what a run did, counted once (`outcome`, `stats`) and shown as Prometheus
 //!   metrics (`telemetry`), the stats file (`metrics`, `stats_file`) and the probes (`exporter`).
 //! - `maintenance`: retention, the redrive of dead letters, and positions moved by an operator.
-//! - `db`: the pool, migrations, grants checked at start, TLS (`tls`) and every statement (`sql`).
+//! - `db`: the pool, migrations, grants checked at start, TLS (`tls`), every statement (`sql`)
+//!   and the database's error.
 //! - `processor`: the wiring of the above (the Kafka source started with a partition worker per
 //!   partition), which [`run`] is; `service`: what the binary's `run`
 //!   does around it (start-up checks, retention, the listener, the stats file), for a service
 //!   that embeds the library with its own handler ([`Service`]).
-//! - Leaves: `error`, `reason` (why a message is not applied), `names` (settings as text),
-//!   `days` (UUIDv7 time), `secret` (what is never shown), `failpoint`, `unsafe_controls`.
+//! - `error`: the processor's error ([`RunError`]) and the few the source and the pipeline share
+//!   (each says why it is there); every other error is its own module's, and the root
+//!   re-exports each.
+//! - Leaves: `fault` (whose a database failure is), `one_line` (an error said on one line),
+//!   `reason` (why a message is not applied), `names` (settings as text), `days` (UUIDv7 time),
+//!   `secret` (what is never shown), `failpoint`, `unsafe_controls`.
 //!
-//! Public, at the paths users know (re-exported from the folders): `batcher`, `days`, `db`,
-//! `defaults`, `exporter`, `inbox`, `ledger`, `message`, `positions`, `redrive`, `retention`,
-//! `secret`, `sql`, `stats_file` and `worker`; the root re-exports what an embedding service
-//! needs. The command line is the binary's (`src/cli/`), not the library's.
+//! Public: the root's items (what an embedding service writes: the handler trait and its
+//! types, the settings, the entry points, the errors) and the modules `db`, `key`, `ledger`,
+//! `positions`, `redrive`, `retention` and `stats_file`. Everything else is the crate's own; the
+//! binary's command line (`src/cli/`), the tests, the load tools and the benches reach what they
+//! need of it through one hidden door, `internals`, which is not part of the API.
 #![warn(missing_docs, unreachable_pub, unnameable_types)]
 
 pub mod db;
@@ -128,43 +134,71 @@ mod maintenance;
 mod observe;
 mod pipeline;
 mod processor;
-pub mod service;
+mod service;
 mod source;
 
-pub mod days;
+mod days;
 mod error;
 mod failpoint;
-#[doc(hidden)]
-pub mod flags;
+mod fault;
+mod flags;
 mod names;
+mod one_line;
 mod reason;
-pub mod secret;
+mod secret;
 mod unsafe_controls;
 
-// The public modules, at the paths users know; they live in the stages' folders.
-pub use db::sql;
+#[doc(hidden)]
+pub mod internals;
+
 pub use handlers::ledger;
 pub use maintenance::{positions, redrive, retention};
-pub use observe::{exporter, stats_file};
-pub use pipeline::{batcher, defaults, inbox, message, worker};
+pub use source::key;
 
-pub use batcher::{BatcherSettings, Batching};
+/// The run report that a [`Service`] writes to [`ServiceConfig::stats_file`] (`run
+/// --stats-file`): the settings of the run and what it did, rewritten periodically while it runs
+/// and once more when it stops, replaced atomically. The load tools read it; a service reads its
+/// counters with [`Stats::snapshot`].
+pub mod stats_file {
+    pub use crate::observe::stats_file::{Measured, Percentiles, RunSettings, StatsReport};
+}
+
+// The handler and its messages.
 pub use db::Transaction;
-pub use error::{
-    one_line_error, DbError, Fault, HandlerError, InboxError, KafkaClientError, KafkaStartupError,
-    RefusedSetting, RunError,
-};
-pub use handlers::sql_handler::{
-    JsonPayload, RouteError, SqlError, SqlFileError, SqlHandler, SqlStatement,
-};
-pub use inbox::Mode;
-pub use message::{Decode, Header, Message, RawMessage};
-pub use names::{parse_interval, Named, UnknownName, MAX_INTERVAL};
-pub use observe::stats::{Stats, StatsSnapshot};
 pub use pipeline::handler::{Handler, Rejection};
-pub use processor::{run, run_with_stats, ProcessorConfig};
+pub use pipeline::message::{
+    Decode, Decoding, Header, IdFormat, IdRules, IdSource, Message, RawMessage, Tombstones,
+    ValueFormat,
+};
 pub use reason::{InvalidReason, Reason, RejectReason};
-pub use service::{Service, ServiceConfig, ServiceError};
+
+// The settings and the entry points.
+pub use pipeline::batcher::{BatcherSettings, Batching};
+pub use pipeline::inbox::Mode;
+pub use pipeline::worker::{PoisonLimit, PoisonRate, PoisonShare, RetryPolicy, WorkerSettings};
+pub use processor::{run, run_with_stats, ProcessorConfig};
+pub use secret::DatabaseUrl;
+pub use service::{Service, ServiceConfig};
 pub use source::kafka::consumer::KafkaSettings;
 pub use unsafe_controls::UnsafeControls;
-pub use worker::{RetryPolicy, WorkerSettings};
+
+// What a run did.
+pub use observe::stats::{Stats, StatsSnapshot};
+
+// The errors, each its module's, and how the binary says one.
+pub use db::DbError;
+pub use error::{
+    one_line_error, HandlerError, InboxError, KafkaClientError, RefusedSetting, RunError,
+};
+pub use fault::Fault;
+pub use handlers::sql_handler::{RouteError, SqlError, SqlFileError};
+pub use maintenance::{
+    positions::PositionsError, redrive::RedriveError, retention::RetentionError,
+};
+pub use names::UnknownName;
+pub use observe::exporter::ExporterError;
+pub use service::ServiceError;
+pub use source::kafka::consumer::KafkaStartupError;
+
+// The handlers that ship with it: the ledger is a module (above), the SQL handler is these.
+pub use handlers::sql_handler::{JsonPayload, SqlHandler, SqlStatement};

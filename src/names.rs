@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 /// The longest interval [`parse_interval`] takes: a day.
-pub const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
+pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
 
 /// Parses an interval: `10s`, `500ms`, `2m`, or a number of seconds; `0` turns it off. Longer
-/// than [`MAX_INTERVAL`] is refused.
+/// than a day (`MAX_INTERVAL`) is refused.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
     // Written here rather than with `humantime::parse_duration` (2.4), which reads these forms
     // differently: it refuses a bare number of seconds (`7`, `86400`), a documented form, and

@@ -6,10 +6,10 @@
 //! Invariant: every counter is counted at one place, the batch's outcome, and each view reads
 //! it; nothing here changes what the pipeline does.
 
-pub mod exporter;
+pub(crate) mod exporter;
 pub(crate) mod metrics;
 pub(crate) mod outcome;
 pub(crate) mod stats;
-pub mod stats_file;
+pub(crate) mod stats_file;
 pub(crate) mod summary;
 pub(crate) mod telemetry;

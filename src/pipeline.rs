@@ -9,11 +9,11 @@
 //! effect, dead letters and position commit together; a position moves past a record only after
 //! the COMMIT that covers every record before it.
 
-pub mod batcher;
+pub(crate) mod batcher;
 pub(crate) mod dead_letter;
 pub mod defaults;
 pub(crate) mod handler;
-pub mod inbox;
-pub mod message;
+pub(crate) mod inbox;
+pub(crate) mod message;
 pub(crate) mod offsets;
-pub mod worker;
+pub(crate) mod worker;

@@ -20,7 +20,7 @@ pub const MASK: &str = "***";
 /// The librdkafka properties that librdkafka itself marks sensitive (`_RK_SENSITIVE` in
 /// `src/rdkafka_conf.c` of librdkafka 2.12, the version rdkafka-sys bundles), and
 /// `sasl.oauthbearer.client.credentials.client.secret`, an alias of one of them. Their values are
-/// never shown; [`is_sensitive_property`] adds a conservative rule for keys not listed here.
+/// never shown; `is_sensitive_property` adds a conservative rule for keys not listed here.
 pub const LIBRDKAFKA_SENSITIVE: &[&str] = &[
     "ssl.key.location",
     "ssl.key.password",
@@ -52,7 +52,7 @@ const SENSITIVE_WORDS: &[&str] = &[
 /// True when `key` names a setting whose value must not be shown: a librdkafka property of
 /// [`LIBRDKAFKA_SENSITIVE`], or any key containing `password`, `passphrase`, `secret`, `key.pem`,
 /// `token` or `credential`.
-pub fn is_sensitive_property(key: &str) -> bool {
+pub(crate) fn is_sensitive_property(key: &str) -> bool {
     let key = key.trim();
     LIBRDKAFKA_SENSITIVE.contains(&key) || has_sensitive_word(key)
 }
@@ -64,7 +64,7 @@ pub(crate) fn has_sensitive_word(key: &str) -> bool {
 }
 
 /// `value`, or [`MASK`] when `key` is sensitive.
-pub fn redact_property<'a>(key: &str, value: &'a str) -> &'a str {
+pub(crate) fn redact_property<'a>(key: &str, value: &'a str) -> &'a str {
     if is_sensitive_property(key) {
         MASK
     } else {
@@ -82,7 +82,7 @@ pub fn redact_property_arg(arg: &str) -> String {
 
 /// `text` with every occurrence of each non-empty `secret` replaced by [`MASK`]: the last line of
 /// defence for text that comes from a library (a driver's or a client's error message).
-pub fn scrub<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn scrub<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> String {
     let mut out = text.to_owned();
     for secret in secrets {
         if !secret.is_empty() && out.contains(secret) {
@@ -93,7 +93,7 @@ pub fn scrub<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> Stri
 }
 
 /// `Debug` of librdkafka properties with the values of sensitive ones hidden.
-pub struct RedactedProperties<'a>(pub &'a [(String, String)]);
+pub(crate) struct RedactedProperties<'a>(pub(crate) &'a [(String, String)]);
 
 impl fmt::Debug for RedactedProperties<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -104,7 +104,7 @@ impl fmt::Debug for RedactedProperties<'_> {
 }
 
 /// The values of the sensitive properties among `properties`, to [`scrub`] from library text.
-pub fn sensitive_values(properties: &[(String, String)]) -> impl Iterator<Item = &str> {
+pub(crate) fn sensitive_values(properties: &[(String, String)]) -> impl Iterator<Item = &str> {
     properties
         .iter()
         .filter(|(k, _)| is_sensitive_property(k))

@@ -23,7 +23,8 @@ use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 
 use crate::db;
-use crate::error::{one_line_error, DbError, KafkaStartupError, RunError};
+use crate::db::DbError;
+use crate::error::{one_line_error, RunError};
 use crate::maintenance::retention::{self, RetentionError, RetentionSettings};
 use crate::observe::exporter::{self, ExporterError};
 use crate::observe::stats::Stats;
@@ -32,6 +33,7 @@ use crate::observe::summary;
 use crate::pipeline::handler::Handler;
 use crate::processor::{run_with_stats, ProcessorConfig};
 use crate::secret::DatabaseUrl;
+use crate::source::kafka::consumer::KafkaStartupError;
 
 /// Everything a service runs with besides its handler. [`ServiceConfig::new`] gives the
 /// binary's defaults.

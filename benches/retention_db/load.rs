@@ -1,13 +1,13 @@
 //! The processor's side of the retention bench: batches of new ids through the library's inbox
-//! transaction (`batch_inbox::inbox::Inbox::apply_batch`, a handler that does nothing), timed per
+//! transaction (`batch_inbox::internals::inbox::Inbox::apply_batch`, a handler that does nothing), timed per
 //! batch.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use batch_inbox::inbox::Inbox;
-use batch_inbox::message::{decode_batch, Decoded};
+use batch_inbox::internals::inbox::Inbox;
+use batch_inbox::internals::message::{decode_batch, Decoded};
 use batch_inbox::Transaction;
 use batch_inbox::{Decode, Handler, HandlerError, Header, Message, RawMessage, Reason, Rejection};
 use bytes::Bytes;

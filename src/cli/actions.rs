@@ -23,11 +23,11 @@ pub(crate) async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         println!("ledger migrations applied: {applied:?}");
     }
     if args.partitioned {
-        let today = batch_inbox::days::day_of_millis(batch_inbox::days::unix_millis(
-            std::time::SystemTime::now(),
-        ));
+        let today = batch_inbox::internals::days::day_of_millis(
+            batch_inbox::internals::days::unix_millis(std::time::SystemTime::now()),
+        );
         let mut client = pool.get().await?;
-        match retention::partition::convert(&mut client, today, args.partitions_ahead).await? {
+        match retention::convert(&mut client, today, args.partitions_ahead).await? {
             Some(c) => println!(
                 "inbox partitioned by message_id: {} rows kept, {} daily partitions and a default",
                 c.rows, c.partitions

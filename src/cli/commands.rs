@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use batch_inbox::{defaults, parse_interval, KafkaSettings, ProcessorConfig};
+use batch_inbox::{KafkaSettings, ProcessorConfig};
+
+use batch_inbox::internals::{defaults, names::parse_interval};
 
 use super::args::{DbArgs, KafkaArgs, PipelineArgs};
 use super::dead_letters::DeadLettersArgs;

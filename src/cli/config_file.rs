@@ -22,7 +22,7 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches};
 
 use super::commands::Cli;
-use batch_inbox::secret::{redact_database_url, redact_property_arg, MASK};
+use batch_inbox::internals::secret::{redact_database_url, redact_property_arg, MASK};
 
 /// The table of librdkafka properties.
 pub const LIBRDKAFKA_TABLE: &str = "librdkafka";

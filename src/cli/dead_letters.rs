@@ -13,8 +13,8 @@ use clap::{Args, Subcommand};
 use super::args::{DbArgs, IdArgs};
 use super::handler::HandlerArgs;
 use super::retention::parse_retention;
-use batch_inbox::message::Decoding;
 use batch_inbox::redrive::{ListFilter, Selection, DEFAULT_BATCH_SIZE};
+use batch_inbox::Decoding;
 
 /// `dead-letters` subcommands.
 #[derive(Debug, Args)]

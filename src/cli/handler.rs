@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use batch_inbox::message::{Tombstones, ValueFormat};
+use batch_inbox::{Tombstones, ValueFormat};
 use clap::Args;
 
 use super::args::named;

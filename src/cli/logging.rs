@@ -1,5 +1,5 @@
 //! Logs: human-readable text by default, one JSON object per line for log shippers; the summary
-//! lines are the library's (`batch_inbox::service`).
+//! lines are the library's (`batch_inbox::Service`).
 
 /// How log lines are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]

@@ -7,8 +7,9 @@
 use clap::{ArgGroup, Args, Subcommand};
 
 use super::args::{DbArgs, KafkaArgs};
+use batch_inbox::internals::defaults;
 use batch_inbox::positions::PositionTarget;
-use batch_inbox::{defaults, KafkaSettings};
+use batch_inbox::KafkaSettings;
 
 /// `positions` subcommands.
 #[derive(Debug, Args)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use batch_inbox::defaults;
+use batch_inbox::internals::defaults;
 use batch_inbox::retention::RetentionSettings;
 
 /// How gently the cleanup works: shared by `cleanup` and `run --retention`.

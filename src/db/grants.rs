@@ -15,8 +15,8 @@ use deadpool_postgres::{GenericClient, Pool};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{to_sql_checked, IsNull, Kind, ToSql, Type};
 
+use super::error::DbError;
 use crate::db::sql;
-use crate::error::DbError;
 
 /// What a command does with the database: each set of statements it runs, whose grants
 /// [`check_grants`] checks.
@@ -247,7 +247,7 @@ async fn run_one(
     let denied = match outcome {
         Ok(()) => None,
         Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-            Some(crate::error::pg_line(&e))
+            Some(crate::one_line::pg_line(&e))
         }
         // Not created yet: the schema check says which `migrate` creates it.
         Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => None,

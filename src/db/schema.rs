@@ -9,8 +9,8 @@
 
 use deadpool_postgres::{GenericClient, Pool};
 
+use super::error::DbError;
 use super::Migration;
-use crate::error::DbError;
 
 /// Arbitrary constant identifying the migration lock among advisory locks (the same as in
 /// releases before owners, so that an older `migrate` waits for a newer one too).

@@ -15,7 +15,7 @@ use postgres_openssl::MakeTlsConnector;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::NoTls;
 
-use crate::error::DbError;
+use super::error::DbError;
 
 /// The environment variable naming the CA certificates (PEM) that verify the server.
 pub(crate) const ROOT_CERT_VAR: &str = "PGSSLROOTCERT";

@@ -1,5 +1,5 @@
-use super::fault::{classify_state, is_retryable_state};
 use super::*;
+use crate::fault::{classify_state, is_retryable_state};
 
 #[test]
 fn a_kafka_client_error_names_the_property_never_its_value() {

@@ -5,7 +5,7 @@
 //! that would overflow it, is rejected and changes nothing.
 //!
 //! Batched path (`batched`): one guarded `UPDATE` applies every account whose balance takes all
-//! of the batch's entries ([`guard`]); the other accounts are locked in ascending order
+//! of the batch's entries (`guard`); the other accounts are locked in ascending order
 //! (`FOR UPDATE … ORDER BY`), created at 0 when missing, and go through the rules in memory.
 //! Concurrent batches over the same existing accounts never deadlock.
 //!
@@ -28,7 +28,7 @@ pub const INSUFFICIENT_FUNDS: Reason = Reason::rejected("insufficient_funds");
 pub const AMOUNT_OVERFLOW: Reason = Reason::rejected("amount_overflow");
 
 mod batched;
-pub mod guard;
+pub(crate) mod guard;
 mod schema;
 
 pub use schema::{check_schema, migrate, MIGRATIONS, OWNER};
@@ -91,7 +91,7 @@ pub fn apply<'a>(
 }
 
 /// [`apply`] for entries that carry their index in the batch (a subset of it, in order).
-pub fn apply_indexed<'a>(
+pub(crate) fn apply_indexed<'a>(
     balances: &mut HashMap<i64, i64>,
     entries: impl IntoIterator<Item = (usize, &'a Entry)>,
 ) -> Vec<Rejection> {

@@ -71,7 +71,7 @@ pub enum SqlError {
     #[error("the file holds no SQL statement")]
     Empty,
     /// No connection to prepare it on.
-    #[error("no database connection to prepare the statement: {}", crate::error::pool_line(.0))]
+    #[error("no database connection to prepare the statement: {}", crate::one_line::pool_line(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
     /// PostgreSQL refused to prepare it (its message, on one line).
     #[error("the statement does not prepare: {0}")]
@@ -126,13 +126,9 @@ impl SqlStatement {
 
     /// Runs the statement on an empty batch (`$1` is `[]`) in a transaction that is rolled back:
     /// a privilege its role lacks fails here, before anything is consumed
-    /// ([`DbError::Denied`](crate::error::DbError::Denied)), not on the first batch. `command` names
+    /// ([`DbError::Denied`](crate::db::DbError::Denied)), not on the first batch. `command` names
     /// the command that needs it, for the message.
-    pub async fn check_grants(
-        &self,
-        pool: &Pool,
-        command: &str,
-    ) -> Result<(), crate::error::DbError> {
+    pub async fn check_grants(&self, pool: &Pool, command: &str) -> Result<(), crate::db::DbError> {
         crate::db::check_statement(pool, command, "the SQL handler's statement", &self.sql).await
     }
 
@@ -214,11 +210,7 @@ impl SqlHandler {
     }
 
     /// [`SqlStatement::check_grants`] of every statement.
-    pub async fn check_grants(
-        &self,
-        pool: &Pool,
-        command: &str,
-    ) -> Result<(), crate::error::DbError> {
+    pub async fn check_grants(&self, pool: &Pool, command: &str) -> Result<(), crate::db::DbError> {
         for statement in self.fallback.iter().chain(self.by_topic.values()) {
             statement.check_grants(pool, command).await?;
         }

@@ -14,7 +14,7 @@
 //!    position keeps its row, and so does the original application of an
 //!    `outside_dedup_window` re-read: the message is then a `duplicate`;
 //! 4. the inbox's own dedup and the handler, on the new messages only, in this transaction
-//!    ([`crate::pipeline::inbox::apply_within`]);
+//!    (`pipeline::inbox::apply_within`);
 //! 5. mark each dead letter: `applied`, `duplicate` or `rejected` (`redriven_at = now()`), or,
 //!    when it fails decoding again, a new detail and one more attempt; then COMMIT.
 //!
@@ -32,7 +32,9 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 
 use crate::db::sql::redrive::{LIST, PREVIEW_PARKED};
-use crate::error::{chain, Fault, InboxError};
+use crate::error::InboxError;
+use crate::fault::Fault;
+use crate::one_line::chain;
 pub use crate::pipeline::dead_letter::stored::table;
 pub use crate::pipeline::dead_letter::{Listed, Position};
 use crate::pipeline::handler::Handler;

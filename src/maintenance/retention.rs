@@ -1,21 +1,21 @@
 //! Inbox retention: expired rows leave the inbox without ever stalling the processor.
 //!
 //! - Plain inbox: rows processed before `now - retention` are deleted in small batches
-//!   ([`delete`]).
-//! - Partitioned inbox ([`partition`]): daily partitions by UUIDv7 time are prepared ahead and
+//!   (`delete`).
+//! - Partitioned inbox (`partition`): daily partitions by UUIDv7 time are prepared ahead and
 //!   dropped whole once every id in them is older than the retention; the default partition
 //!   (UUIDv4 ids, ids outside the prepared days) is cleaned like a plain inbox.
 //!
 //! Invariant: a row is removed only when `processed_at` (row deletes) or its id's UUIDv7 time
 //! (partition drops) is older than the retention. A copy of a removed UUIDv7 id is then older
-//! than the window too, and the dedup-window guard ([`crate::pipeline::message::reject_outside_window`])
+//! than the window too, and the dedup-window guard (`pipeline::message::reject_outside_window`)
 //! dead-letters it instead of applying it again. UUIDv4 ids carry no time: their dedup window is
 //! the retention of their row, counted from when it was processed.
 
 use crate::days;
-pub mod delete;
-pub mod partition;
-pub mod settings;
+pub(crate) mod delete;
+pub(crate) mod partition;
+mod settings;
 pub mod topic;
 
 use std::time::{Duration, Instant, SystemTime};
@@ -23,20 +23,20 @@ use std::time::{Duration, Instant, SystemTime};
 use deadpool_postgres::{Pool, PoolError};
 use tokio_util::sync::CancellationToken;
 
-pub use partition::Layout;
+pub use partition::{convert, Conversion, Layout};
 pub use settings::RetentionSettings;
 
-use crate::error::is_retryable_db;
+use crate::fault::is_retryable_db;
 use partition::{DdlOutcome, DEFAULT_PARTITION};
 
 /// Failure of a retention step.
 #[derive(Debug, thiserror::Error)]
 pub enum RetentionError {
     /// No connection could be had from the pool.
-    #[error("database pool: {}", crate::error::pool_line(.0))]
+    #[error("database pool: {}", crate::one_line::pool_line(.0))]
     Pool(#[from] PoolError),
     /// A statement failed.
-    #[error("database: {}", crate::error::pg_line(.0))]
+    #[error("database: {}", crate::one_line::pg_line(.0))]
     Db(#[from] tokio_postgres::Error),
     /// There is no inbox table yet.
     #[error("there is no inbox table: run `batch-inbox migrate`")]
@@ -49,7 +49,7 @@ pub enum RetentionError {
         /// Rows copied.
         rows: u64,
     },
-    /// More partitions ahead than [`crate::defaults::MAX_PARTITIONS_AHEAD`] (a year and a day):
+    /// More partitions ahead than 366 (a year and a day; `MAX_PARTITIONS_AHEAD`):
     /// each is a table, and days past the year 9999 have no partition name.
     #[error("{given} partitions ahead: at most {max}")]
     TooFarAhead {

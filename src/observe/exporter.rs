@@ -29,24 +29,24 @@ use crate::secret::DatabaseUrl;
 
 /// What the listener reports on.
 #[derive(Clone)]
-pub struct OpsState {
+pub(crate) struct OpsState {
     /// The processor's counters and gauges.
-    pub stats: Arc<Stats>,
+    pub(crate) stats: Arc<Stats>,
     /// The processor's pool (for the connections-in-use gauge).
-    pub pool: Pool,
+    pub(crate) pool: Pool,
     /// A separate small pool for the readiness query.
-    pub probe: Pool,
+    pub(crate) probe: Pool,
     /// Longest wait for the readiness query.
-    pub probe_timeout: Duration,
+    pub(crate) probe_timeout: Duration,
     /// The readiness pool's URL, whose password is scrubbed from the errors logged.
-    pub database_url: DatabaseUrl,
+    pub(crate) database_url: DatabaseUrl,
     /// The outcome of the last probe ([`NotReady::code`], 0 when ready), to log changes once.
     reported: Arc<AtomicU8>,
 }
 
 /// Why the process is not ready.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NotReady {
+pub(crate) enum NotReady {
     /// The readiness query failed or timed out.
     #[error("database unreachable: {0}")]
     Database(String),
@@ -61,7 +61,7 @@ pub enum NotReady {
 impl NotReady {
     /// The body of `/readyz`: the kind of reason only, and for a stall the partitions and
     /// SQLSTATEs (names and codes, nothing an error's text could carry).
-    pub fn body(&self) -> String {
+    pub(crate) fn body(&self) -> String {
         match self {
             NotReady::Database(_) => "not ready: database\n".to_owned(),
             NotReady::NoPartition => "not ready: no partition\n".to_owned(),
@@ -81,18 +81,18 @@ impl NotReady {
 impl OpsState {
     /// Checks the database (`SELECT 1` within the timeout), then the assignment. Returns the
     /// number of assigned partitions when ready.
-    pub async fn readiness(&self) -> Result<i64, NotReady> {
+    pub(crate) async fn readiness(&self) -> Result<i64, NotReady> {
         let query = async {
             let scrubbed = |text: String| self.database_url.scrub(&text);
             let client = self
                 .probe
                 .get()
                 .await
-                .map_err(|e| scrubbed(crate::error::pool_line(&e)))?;
+                .map_err(|e| scrubbed(crate::one_line::pool_line(&e)))?;
             client
                 .simple_query("SELECT 1")
                 .await
-                .map_err(|e| scrubbed(crate::error::pg_line(&e)))
+                .map_err(|e| scrubbed(crate::one_line::pg_line(&e)))
         };
         match tokio::time::timeout(self.probe_timeout, query).await {
             Ok(Ok(_)) => {}
@@ -126,7 +126,7 @@ impl OpsState {
 }
 
 /// The routes, over `state`.
-pub fn router(state: OpsState) -> Router {
+pub(crate) fn router(state: OpsState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -135,7 +135,7 @@ pub fn router(state: OpsState) -> Router {
 }
 
 /// Serves the routes on `listener` until `shutdown` resolves.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     state: OpsState,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -185,7 +185,7 @@ pub enum ExporterError {
     },
     /// The readiness pool cannot connect.
     #[error(transparent)]
-    Db(#[from] crate::error::DbError),
+    Db(#[from] crate::db::DbError),
 }
 
 /// Binds `addr`, connects the readiness pool to `database_url`, and serves in a task until

@@ -39,7 +39,7 @@ mod poison;
 mod transaction;
 mod within;
 pub(crate) use transaction::{apply_batch, apply_one, last_offset};
-pub use within::{apply_within, Applied};
+pub(crate) use within::apply_within;
 #[cfg(feature = "unsafe-controls")]
 mod without_inbox;
 #[cfg(feature = "unsafe-controls")]

@@ -19,12 +19,15 @@ use crate::reason::Reason;
 mod id;
 mod rules;
 
-pub use crate::source::key;
+pub(crate) use crate::source::key;
 pub use crate::source::record::{Header, RawMessage};
 
 pub(crate) use id::clean_text;
-pub use id::{decode_id, id_text, parse_id, MAX_ID_TEXT_BYTES};
-pub use rules::{Decoding, IdFormat, IdRules, IdSource, Tombstones, ValueFormat, MAX_ANY_ID_BYTES};
+pub(crate) use id::id_text;
+pub use id::parse_id;
+#[cfg(test)]
+pub(crate) use id::{decode_id, MAX_ID_TEXT_BYTES};
+pub use rules::{Decoding, IdFormat, IdRules, IdSource, Tombstones, ValueFormat};
 
 /// A message whose id and payload decoded: what the handler sees.
 #[derive(Debug, Clone)]
@@ -64,7 +67,7 @@ pub struct DeadLetter {
     /// The record as delivered.
     pub raw: Arc<RawMessage>,
     /// The id as text: the inbox key when the id decoded, else the id as received when it is
-    /// clean text (see [`id_text`]; it may not be a valid UUID).
+    /// clean text (see `id_text`; it may not be a valid UUID).
     pub message_id: Option<String>,
     /// Why it was not applied.
     pub reason: Reason,
@@ -98,14 +101,17 @@ pub struct Decoded<P> {
     pub dead_letters: Vec<DeadLetter>,
 }
 
-/// Decodes a whole batch with UUID ids from header `id_header` ([`decode_batch_with`]).
+/// Decodes a whole batch with UUID ids from header `id_header` (`decode_batch_with`).
 pub fn decode_batch<P: Decode>(batch: Vec<RawMessage>, id_header: &str) -> Decoded<P> {
     decode_batch_with(batch, &Decoding::with_ids(IdRules::header(id_header)))
 }
 
 /// Decodes a whole batch under `decoding`: every record becomes either a [`Message`] or a
 /// [`DeadLetter`].
-pub fn decode_batch_with<P: Decode>(batch: Vec<RawMessage>, decoding: &Decoding) -> Decoded<P> {
+pub(crate) fn decode_batch_with<P: Decode>(
+    batch: Vec<RawMessage>,
+    decoding: &Decoding,
+) -> Decoded<P> {
     let mut messages = Vec::with_capacity(batch.len());
     let mut dead_letters = Vec::new();
     for raw in batch {
@@ -147,7 +153,7 @@ pub fn decode_batch_with<P: Decode>(batch: Vec<RawMessage>, decoding: &Decoding)
 /// (Unix milliseconds) to the dead letters, reason `outside_dedup_window`: its inbox row may
 /// already have been removed by the retention, so it cannot be proven new. Ids of other versions
 /// carry no time and pass. Returns how many were moved; dead letters stay in offset order.
-pub fn reject_outside_window<P>(decoded: &mut Decoded<P>, oldest_ms: i64) -> usize {
+pub(crate) fn reject_outside_window<P>(decoded: &mut Decoded<P>, oldest_ms: i64) -> usize {
     let before = decoded.dead_letters.len();
     let (old, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut decoded.messages)
         .into_iter()

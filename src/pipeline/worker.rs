@@ -40,10 +40,10 @@ mod sequence;
 
 use breaker::Breaker;
 pub use breaker::{
-    parse_max_poison_rate, parse_poison_limit, MaxPoisonLimit, MaxPoisonRate, PoisonLimit,
-    PoisonRate, PoisonShare,
+    parse_max_poison_rate, parse_poison_limit, MaxPoisonLimit, PoisonLimit, PoisonRate, PoisonShare,
 };
-pub use retry::{RetryPolicy, TIMEOUTS_BEFORE_SPLIT};
+pub use retry::RetryPolicy;
+pub(crate) use retry::TIMEOUTS_BEFORE_SPLIT;
 use sequence::{Continuity, Sequence};
 
 impl Default for WorkerSettings {

@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use batch_inbox::inbox::Inbox;
+use batch_inbox::internals::inbox::Inbox;
 use batch_inbox::ledger::{Entry, Ledger};
-use batch_inbox::message::Message;
 use batch_inbox::HandlerError;
+use batch_inbox::Message;
 use batch_inbox::{Handler, Rejection, Transaction};
 use common::*;
 use deadpool_postgres::Pool;

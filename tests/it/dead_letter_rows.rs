@@ -5,10 +5,10 @@
 use crate::common;
 use std::sync::Arc;
 
-use batch_inbox::inbox::Inbox;
-use batch_inbox::inbox::MAX_DETAIL_BYTES;
+use batch_inbox::internals::inbox::Inbox;
+use batch_inbox::internals::inbox::MAX_DETAIL_BYTES;
 use batch_inbox::ledger::Ledger;
-use batch_inbox::message::{Header, RawMessage};
+use batch_inbox::{Header, RawMessage};
 use bytes::Bytes;
 use common::*;
 use deadpool_postgres::Pool;

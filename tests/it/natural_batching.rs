@@ -6,10 +6,10 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use batch_inbox::batcher::Batching;
-use batch_inbox::inbox::Inbox;
+use batch_inbox::internals::inbox::Inbox;
+use batch_inbox::internals::worker::{Input, PartitionWorker};
 use batch_inbox::ledger::Ledger;
-use batch_inbox::worker::{Input, PartitionWorker};
+use batch_inbox::Batching;
 use batch_inbox::Mode;
 use batch_inbox::Stats;
 use common::*;

@@ -5,7 +5,7 @@ use crate::common;
 use std::sync::Arc;
 
 use batch_inbox::ledger::Entry;
-use batch_inbox::message::Message;
+use batch_inbox::Message;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use batch_inbox::{HandlerError, RunError};
 use batch_inbox_tools::generate::GeneratorSettings;

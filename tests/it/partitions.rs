@@ -5,9 +5,9 @@ use crate::common;
 use crate::common::retention as retention_helpers;
 use std::time::{Duration, Instant, SystemTime};
 
-use batch_inbox::days::{day_bounds, day_of_millis, partition_name, unix_millis};
-use batch_inbox::retention::partition::{self, Conversion, DdlOutcome};
-use batch_inbox::retention::{self, Layout};
+use batch_inbox::internals::days::{day_bounds, day_of_millis, partition_name, unix_millis};
+use batch_inbox::internals::retention::partition::{self, DdlOutcome};
+use batch_inbox::retention::{self, Conversion, Layout};
 use batch_inbox::Mode;
 use common::*;
 use deadpool_postgres::Pool;
@@ -23,7 +23,7 @@ async fn partitioned_db(name: &str) -> (String, Pool) {
     let (url, pool) = fresh_db(name).await;
     install_uuid7(&pool).await;
     let mut c = pool.get().await.unwrap();
-    let conversion = partition::convert(&mut c, today(), 3).await.unwrap();
+    let conversion = retention::convert(&mut c, today(), 3).await.unwrap();
     assert_eq!(
         conversion,
         Some(Conversion {
@@ -164,7 +164,7 @@ async fn migrating_a_plain_inbox_to_partitions_keeps_every_row() {
     assert_eq!(before.0, 1_101);
 
     let mut c = pool.get().await.unwrap();
-    let conversion = partition::convert(&mut c, today(), 3).await.unwrap();
+    let conversion = retention::convert(&mut c, today(), 3).await.unwrap();
     assert_eq!(
         conversion,
         Some(Conversion {
@@ -179,7 +179,7 @@ async fn migrating_a_plain_inbox_to_partitions_keeps_every_row() {
         300,
         "UUIDv4 and 400-day-old ids"
     );
-    assert_eq!(partition::convert(&mut c, today(), 3).await.unwrap(), None);
+    assert_eq!(retention::convert(&mut c, today(), 3).await.unwrap(), None);
 
     // The processor dedups against the converted inbox.
     let kafka = Kafka::new("parts-convert", 1);

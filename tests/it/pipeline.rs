@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use batch_inbox::ledger::{Entry, Ledger};
-use batch_inbox::message::Message;
 use batch_inbox::HandlerError;
+use batch_inbox::Message;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use batch_inbox_tools::generate::GeneratorSettings;
 use common::scenario::Scenario;

@@ -7,7 +7,7 @@
 //! (`sql::ledger::PLANNER`); without them, their generic plans hash the table.
 
 use crate::common::*;
-use batch_inbox::sql::{self, ledger};
+use batch_inbox::internals::sql::{self, ledger};
 use deadpool_postgres::Pool;
 
 /// The tables a statement looks rows up in.

@@ -9,12 +9,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use batch_inbox::inbox::Inbox;
+use batch_inbox::internals::inbox::Inbox;
+use batch_inbox::internals::worker::{Input, PartitionWorker};
 use batch_inbox::ledger::{Entry, Ledger};
-use batch_inbox::message::{Header, Message, RawMessage};
-use batch_inbox::worker::{Input, PartitionWorker};
 use batch_inbox::HandlerError;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
+use batch_inbox::{Header, Message, RawMessage};
 use batch_inbox::{Stats, StatsSnapshot};
 use bytes::Bytes;
 use common::*;
@@ -342,7 +342,7 @@ async fn the_poison_rate_breaker_stalls_instead_of_dead_lettering_the_stream() {
     });
     let stats = Arc::new(Stats::default());
     let stop = CancellationToken::new();
-    let metrics = batch_inbox::exporter::start(
+    let metrics = batch_inbox::internals::exporter::start(
         "127.0.0.1:0".parse().unwrap(),
         &url,
         pool.clone(),
@@ -367,7 +367,8 @@ async fn the_poison_rate_breaker_stalls_instead_of_dead_lettering_the_stream() {
         );
     };
     let mut settings = worker_settings(Mode::Batched, 8, 1usize << 20);
-    settings.max_poison_rate = batch_inbox::worker::parse_max_poison_rate("3/1m").unwrap();
+    settings.max_poison_rate =
+        batch_inbox::internals::worker::parse_max_poison_rate("3/1m").unwrap();
     settings.retry.initial = Duration::from_millis(10);
     settings.retry.max = Duration::from_millis(200);
     let inbox = Inbox::new(pool.clone(), handler, "id").with_offsets_in_db(Some("g"));
@@ -432,7 +433,7 @@ fn spawn_breaker_worker<H: Handler<Payload = Entry>>(
 ) {
     let stats = Arc::new(Stats::default());
     let mut settings = worker_settings(Mode::Batched, batch_size, 1usize << 20);
-    settings.set_poison_limit(batch_inbox::worker::parse_poison_limit(limit).unwrap());
+    settings.set_poison_limit(batch_inbox::internals::worker::parse_poison_limit(limit).unwrap());
     settings.retry.initial = Duration::from_millis(10);
     settings.retry.max = Duration::from_millis(200);
     let inbox = Inbox::new(pool.clone(), Arc::new(handler), "id").with_offsets_in_db(Some("g"));

@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
 use batch_inbox::ledger::{Entry, Ledger};
-use batch_inbox::message::Message;
 use batch_inbox::HandlerError;
+use batch_inbox::Message;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use batch_inbox_tools::generate::{Generator, GeneratorSettings, Model, Record};
 use batch_inbox_tools::verify::{differences, observe};

@@ -7,9 +7,9 @@ use crate::common::raw_producer;
 use crate::common::scenario::{Scenario, World};
 use std::time::Duration;
 
-use batch_inbox::message::{Header, RawMessage};
 use batch_inbox::Mode;
 use batch_inbox::StatsSnapshot;
+use batch_inbox::{Header, RawMessage};
 use bytes::Bytes;
 use common::*;
 use deadpool_postgres::Pool;

@@ -254,10 +254,10 @@ async fn run_with_a_retention_guards_the_window_and_prepares_partitions_before_c
         .await;
     let pool = &world.pool;
     let mut c = pool.get().await.unwrap();
-    let today = batch_inbox::days::day_of_millis(batch_inbox::days::unix_millis(SystemTime::now()));
-    retention::partition::convert(&mut c, today - 5, 0)
-        .await
-        .unwrap();
+    let today = batch_inbox::internals::days::day_of_millis(
+        batch_inbox::internals::days::unix_millis(SystemTime::now()),
+    );
+    retention::convert(&mut c, today - 5, 0).await.unwrap();
     let out = world.run_binary().await;
     let stderr = &out.stderr;
     assert!(out.code == Some(0), "{stderr}");
@@ -265,7 +265,9 @@ async fn run_with_a_retention_guards_the_window_and_prepares_partitions_before_c
         stderr.contains("cannot read the topic's retention.ms"),
         "{stderr}"
     );
-    let days = retention::partition::partition_days(&c).await.unwrap();
+    let days = batch_inbox::internals::retention::partition::partition_days(&c)
+        .await
+        .unwrap();
     assert_eq!(days, vec![today - 5, today, today + 1, today + 2]);
     let t = tables(pool).await;
     assert_eq!(t.balances, vec![(2, 6)]);
@@ -279,7 +281,7 @@ async fn run_with_a_retention_guards_the_window_and_prepares_partitions_before_c
 /// `processed_at`, like UUIDv4 ids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn derived_keys_expire_by_the_time_they_were_processed() {
-    use batch_inbox::message::key::{id_key, position_key};
+    use batch_inbox::key::{id_key, position_key};
     let (_, pool) = fresh_db("cleanup_derived").await;
     let c = pool.get().await.unwrap();
     let old = [id_key("t", b"order-1"), position_key("t", 0, 1)];

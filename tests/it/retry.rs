@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use batch_inbox::ledger::{Entry, Ledger};
-use batch_inbox::message::Message;
 use batch_inbox::HandlerError;
+use batch_inbox::Message;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
 use batch_inbox_tools::generate::GeneratorSettings;
 use common::scenario::Scenario;

@@ -10,7 +10,7 @@ use crate::common::postgres;
 use std::process::Command;
 use std::time::Duration;
 
-use batch_inbox::secret::LIBRDKAFKA_SENSITIVE;
+use batch_inbox::internals::secret::LIBRDKAFKA_SENSITIVE;
 use common::{db_name, fresh_db, uuid, Kafka};
 
 const PW: &str = "Sup3rS3cretPw";

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use batch_inbox::ledger::Ledger;
-use batch_inbox::secret::DatabaseUrl;
 use batch_inbox::stats_file::StatsReport;
+use batch_inbox::DatabaseUrl;
 use batch_inbox::{db, Mode, Service, ServiceConfig, ServiceError, Stats};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,9 +5,9 @@ use crate::common;
 use std::sync::Arc;
 
 use batch_inbox::db;
-use batch_inbox::inbox::Inbox;
+use batch_inbox::internals::inbox::Inbox;
 use batch_inbox::ledger::Ledger;
-use batch_inbox::message::{Header, RawMessage};
+use batch_inbox::{Header, RawMessage};
 use batch_inbox_tools::generate::{Generator, GeneratorSettings};
 use bytes::Bytes;
 use common::*;

@@ -9,9 +9,9 @@ use std::future::pending;
 use std::sync::Arc;
 use std::time::Duration;
 
+use batch_inbox::key::{id_key, position_key};
 use batch_inbox::ledger::Ledger;
-use batch_inbox::message::key::{id_key, position_key};
-use batch_inbox::message::{IdRules, IdSource};
+use batch_inbox::{IdRules, IdSource};
 use batch_inbox::{Mode, RunError};
 use deadpool_postgres::Pool;
 use uuid::Uuid;

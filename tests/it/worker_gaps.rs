@@ -4,12 +4,12 @@
 use crate::common;
 use std::sync::Arc;
 
-use batch_inbox::inbox::Inbox;
+use batch_inbox::internals::inbox::Inbox;
+use batch_inbox::internals::worker::{Input, PartitionWorker};
 use batch_inbox::ledger::Ledger;
-use batch_inbox::message::{Header, RawMessage};
-use batch_inbox::worker::{Input, PartitionWorker};
 use batch_inbox::Mode;
 use batch_inbox::Stats;
+use batch_inbox::{Header, RawMessage};
 use bytes::Bytes;
 use common::*;
 use tokio_util::sync::CancellationToken;

@@ -5,13 +5,13 @@ use crate::common;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use batch_inbox::inbox::Inbox;
+use batch_inbox::internals::inbox::Inbox;
+use batch_inbox::internals::worker::{Input, PartitionWorker};
 use batch_inbox::ledger::{Entry, Ledger};
-use batch_inbox::message::{Header, Message, RawMessage};
-use batch_inbox::worker::{Input, PartitionWorker};
 use batch_inbox::HandlerError;
 use batch_inbox::Stats;
 use batch_inbox::{Handler, Mode, Rejection, Transaction};
+use batch_inbox::{Header, Message, RawMessage};
 use bytes::Bytes;
 use common::*;
 use futures::StreamExt;

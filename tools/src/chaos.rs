@@ -434,7 +434,7 @@ fn write_report(args: &ChaosArgs, plan: &Plan, report: &ChaosReport) -> Result<(
         format!("chaos-{}.json", plan.stamp)
     };
     let path = args.results_dir.join(name);
-    batch_inbox::stats_file::write_atomically(&path, report)?;
+    batch_inbox::internals::stats_file::write_atomically(&path, report)?;
     println!("results   {}", path.display());
     Ok(())
 }

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use crate::product_args::{DbArgs, KafkaArgs, PipelineArgs};
 use anyhow::Context;
+use batch_inbox::internals::stats_file::StatsFile;
 use batch_inbox::stats_file::RunSettings;
-use batch_inbox::stats_file::{StatsFile, StatsReport};
+use batch_inbox::stats_file::StatsReport;
 use batch_inbox::KafkaSettings;
 use batch_inbox::Stats;
 
@@ -98,7 +99,7 @@ pub async fn drain(args: DrainArgs) -> anyhow::Result<()> {
         }
         None => Vec::new(),
     };
-    batch_inbox::stats_file::write_atomically(&args.report, &report)
+    batch_inbox::internals::stats_file::write_atomically(&args.report, &report)
         .with_context(|| format!("writing {}", args.report.display()))?;
     if !diffs.is_empty() {
         anyhow::bail!(
@@ -248,7 +249,7 @@ pub struct ConsumeOnlyArgs {
     #[arg(long)]
     pub stats_file: PathBuf,
     /// How often the stats file is rewritten.
-    #[arg(long, default_value = "1s", value_parser = batch_inbox::parse_interval)]
+    #[arg(long, default_value = "1s", value_parser = batch_inbox::internals::names::parse_interval)]
     pub stats_interval: Duration,
     /// Keep consuming until SIGTERM or Ctrl-C (fixed-rate runs start on an empty topic) instead
     /// of exiting once the topic is drained.

@@ -13,8 +13,8 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use batch_inbox::internals::message::parse_id;
 use batch_inbox::ledger::{apply_amount, Entry, AMOUNT_OVERFLOW, INSUFFICIENT_FUNDS};
-use batch_inbox::message::parse_id;
 use batch_inbox::Reason;
 
 /// Shape of the generated input.

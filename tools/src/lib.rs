@@ -32,7 +32,7 @@ pub mod measure;
 pub mod peers;
 pub mod produce;
 /// The product's shared flags (database, Kafka, pipeline): the ones the binary takes.
-pub use batch_inbox::flags as product_args;
+pub use batch_inbox::internals::flags as product_args;
 pub mod replay;
 pub mod report;
 pub mod summary;

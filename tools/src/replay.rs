@@ -28,7 +28,7 @@ use std::sync::Arc;
 use crate::generate::{GeneratorSettings, KeyDistribution};
 use crate::verify;
 use anyhow::{bail, Context, Result};
-use batch_inbox::inbox::Inbox;
+use batch_inbox::internals::inbox::Inbox;
 use batch_inbox::ledger::Ledger;
 use batch_inbox::Mode;
 

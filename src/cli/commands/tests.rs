@@ -88,7 +88,7 @@ fn flags_become_typed_settings() {
     assert_eq!(p.dedup_window, None, "no guard without a retention");
     assert_eq!(
         p.worker.max_poison_rate,
-        Some(batch_inbox::worker::PoisonRate::DEFAULT),
+        Some(batch_inbox::PoisonRate::DEFAULT),
         "the breaker is on by default"
     );
     assert_eq!(p.statement_timeout, Some(Duration::from_secs(30)));
@@ -137,7 +137,7 @@ fn the_breaker_takes_a_share_and_the_old_count_per_duration_as_its_floor() {
     );
     let w = worker("3/1m");
     let floor = w.max_poison_rate.expect("on");
-    assert_eq!(w.poison_share, batch_inbox::worker::PoisonShare::DEFAULT);
+    assert_eq!(w.poison_share, batch_inbox::PoisonShare::DEFAULT);
     assert_eq!((floor.count, floor.per), (3, Duration::from_secs(60)));
     let w = worker("50%/100");
     assert_eq!(

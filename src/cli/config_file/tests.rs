@@ -344,12 +344,12 @@ id-format = "any"
     assert_eq!(
         (p.decoding.tombstones, p.decoding.values),
         (
-            batch_inbox::message::Tombstones::DeadLetter,
-            batch_inbox::message::ValueFormat::Text
+            batch_inbox::Tombstones::DeadLetter,
+            batch_inbox::ValueFormat::Text
         )
     );
-    assert_eq!(p.decoding.ids.source, batch_inbox::message::IdSource::Key);
-    assert_eq!(p.decoding.ids.format, batch_inbox::message::IdFormat::Any);
+    assert_eq!(p.decoding.ids.source, batch_inbox::IdSource::Key);
+    assert_eq!(p.decoding.ids.format, batch_inbox::IdFormat::Any);
     let b = run(
         "handler = \"sql\"\ntopic = \"a,b,a\"\napply-sql = \"x.sql\"\n",
         &[],

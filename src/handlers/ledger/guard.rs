@@ -12,7 +12,7 @@ use super::Entry;
 
 /// The optimistic update of one account.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Guard {
+pub(crate) struct Guard {
     /// The account.
     pub account_id: i64,
     /// Sum of the account's amounts.
@@ -61,7 +61,9 @@ impl Running {
 
 /// The accounts of `entries` in ascending order, each with its guard, or `None` when its running
 /// sum overflows (such an account always takes the exact path).
-pub fn guards<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Vec<(i64, Option<Guard>)> {
+pub(crate) fn guards<'a>(
+    entries: impl IntoIterator<Item = &'a Entry>,
+) -> Vec<(i64, Option<Guard>)> {
     let mut running: BTreeMap<i64, Running> = BTreeMap::new();
     for entry in entries {
         running

@@ -3,8 +3,8 @@
 
 use deadpool_postgres::Pool;
 
+use crate::db::DbError;
 use crate::db::Migration;
-use crate::error::DbError;
 
 /// The owner name under which the ledger's migrations are recorded in `schema_migrations`.
 pub const OWNER: &str = "ledger";

@@ -24,7 +24,7 @@ pub const NOT_V7: &str = "get_byte(uuid_send(message_id), 6) >> 4 <> 7";
 
 /// What a batched delete did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Deleted {
+pub(crate) struct Deleted {
     /// Rows removed.
     pub rows: u64,
     /// DELETE statements run.
@@ -36,7 +36,7 @@ pub struct Deleted {
 /// Deletes the expired rows of `table` (the inbox, or its default partition): processed before
 /// `cutoff` and, for UUIDv7 ids, created before it; at most `batch_rows` per statement with
 /// `pause` between statements, until none is left or `stop` is cancelled.
-pub async fn delete_expired(
+pub(crate) async fn delete_expired(
     client: &Client,
     table: &str,
     cutoff: SystemTime,

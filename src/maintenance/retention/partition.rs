@@ -26,7 +26,7 @@ use crate::days::{day_bounds, day_of_millis, day_of_partition, partition_name, u
 use crate::pipeline::defaults;
 
 /// The default partition's name.
-pub const DEFAULT_PARTITION: &str = "inbox_default";
+pub(crate) const DEFAULT_PARTITION: &str = "inbox_default";
 
 /// Arbitrary constant identifying partition maintenance among advisory locks.
 const PARTITION_LOCK: i64 = 0x6269_7061_7274_6974;
@@ -206,7 +206,7 @@ pub async fn create_day(
 
 /// Drops the partition of `day`, re-inserting first its rows that are not UUIDv7 and were
 /// processed at or after `cutoff` (they go to the default partition).
-pub async fn drop_day(
+pub(crate) async fn drop_day(
     client: &mut Client,
     day: i64,
     cutoff: SystemTime,
@@ -216,7 +216,7 @@ pub async fn drop_day(
 }
 
 /// The days whose partitions hold only ids older than `cutoff` (their whole range ends by then).
-pub fn expired_days(days: &[i64], cutoff: SystemTime) -> Vec<i64> {
+pub(crate) fn expired_days(days: &[i64], cutoff: SystemTime) -> Vec<i64> {
     let cutoff_ms = unix_millis(cutoff);
     days.iter()
         .copied()
@@ -342,7 +342,7 @@ async fn drop_once(
 
 /// The planner's estimate of a table's rows (exact after VACUUM or ANALYZE; 0 when never
 /// analyzed), read without scanning it.
-pub async fn estimated_rows(client: &Client, table: &str) -> Result<i64, RetentionError> {
+pub(crate) async fn estimated_rows(client: &Client, table: &str) -> Result<i64, RetentionError> {
     let row = client
         .query_one(
             "SELECT coalesce(greatest(reltuples, 0), 0)::bigint FROM pg_class
@@ -354,7 +354,7 @@ pub async fn estimated_rows(client: &Client, table: &str) -> Result<i64, Retenti
 }
 
 /// Rows in the default partition, counted up to `limit` (an exact count below it).
-pub async fn default_rows(client: &Client, limit: i64) -> Result<i64, RetentionError> {
+pub(crate) async fn default_rows(client: &Client, limit: i64) -> Result<i64, RetentionError> {
     let row = client
         .query_one(
             &format!("SELECT count(*) FROM (SELECT 1 FROM {DEFAULT_PARTITION} LIMIT $1) t"),

@@ -124,7 +124,7 @@ pub struct Listed {
 
 impl Listed {
     /// Reads one row of [`crate::db::sql::redrive::LIST`] (or `PREVIEW_PARKED`).
-    pub fn from_row(row: &PgRow) -> Result<Self, tokio_postgres::Error> {
+    pub(crate) fn from_row(row: &PgRow) -> Result<Self, tokio_postgres::Error> {
         Ok(Self {
             position: Position {
                 topic: row.try_get(0)?,

@@ -31,7 +31,7 @@ pub(super) fn refused_rows(
     let Err(InboxError::DeadLetters(e)) = result else {
         return None;
     };
-    if crate::error::is_retryable_db(e) {
+    if crate::fault::is_retryable_db(e) {
         return None;
     }
     let state = e.code().map_or("none", |c| c.code()).to_owned();

@@ -16,7 +16,7 @@ use crate::pipeline::message::{dedup_in_batch, Message};
 
 /// What [`apply_within`] did.
 #[derive(Debug)]
-pub struct Applied<P> {
+pub(crate) struct Applied<P> {
     /// The messages whose ids were new, as the handler got them.
     pub fresh: Vec<Message<P>>,
     /// Those the handler refused (indexes into `fresh`, checked).
@@ -25,7 +25,7 @@ pub struct Applied<P> {
 
 /// Inserts the ids of `messages` (of any topics and partitions) into the inbox within `tx` and
 /// runs `handler` on the new ones. Each message's inbox row records its own position.
-pub async fn apply_within<H: Handler>(
+pub(crate) async fn apply_within<H: Handler>(
     tx: &Transaction<'_>,
     handler: &H,
     messages: &[Message<H::Payload>],

@@ -11,7 +11,7 @@ use crate::reason::Reason;
 
 /// Reads the message id from header `id_header`: the record must carry exactly one header of
 /// that name, with a value that [`parse_id`] accepts.
-pub fn decode_id(raw: &RawMessage, id_header: &str) -> Result<Uuid, (Reason, String)> {
+pub(crate) fn decode_id(raw: &RawMessage, id_header: &str) -> Result<Uuid, (Reason, String)> {
     if let Some(error) = &raw.header_error {
         return Err((
             Reason::MissingId,
@@ -67,10 +67,10 @@ fn quote_prefix(text: &str, max_chars: usize) -> String {
 }
 
 /// Longest id text stored in `message_id`, in bytes (a UUID's text forms take at most 45).
-pub const MAX_ID_TEXT_BYTES: usize = 128;
+pub(crate) const MAX_ID_TEXT_BYTES: usize = 128;
 
 /// `bytes` as the text of `message_id`: valid UTF-8, no NUL, at most [`MAX_ID_TEXT_BYTES`].
-pub fn id_text(bytes: &[u8]) -> Option<&str> {
+pub(crate) fn id_text(bytes: &[u8]) -> Option<&str> {
     if bytes.len() > MAX_ID_TEXT_BYTES {
         return None;
     }

@@ -42,9 +42,9 @@ pub enum IdFormat {
     /// the max UUID; anything else is an `invalid_id` dead letter.
     #[default]
     Uuid,
-    /// Any non-empty value of at most [`MAX_ANY_ID_BYTES`] bytes: UUID text maps to itself (the
-    /// nil and the max UUID stay refused), any other value to a version-8 key of the topic and
-    /// the exact bytes ([`super::key::id_key`]).
+    /// Any non-empty value of at most 1024 bytes (`MAX_ANY_ID_BYTES`): UUID text maps to itself
+    /// (the nil and the max UUID stay refused), any other value to a version-8 key of the topic
+    /// and the exact bytes ([`super::key::id_key`]).
     Any,
 }
 crate::names::named!(IdFormat {
@@ -53,7 +53,7 @@ crate::names::named!(IdFormat {
 });
 
 /// The longest id [`IdFormat::Any`] accepts, in bytes: ids are names, not documents.
-pub const MAX_ANY_ID_BYTES: usize = 1024;
+pub(crate) const MAX_ANY_ID_BYTES: usize = 1024;
 
 /// Where ids come from and which are accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]

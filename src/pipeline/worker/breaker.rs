@@ -204,27 +204,6 @@ pub fn parse_max_poison_rate(s: &str) -> Result<Option<PoisonRate>, String> {
     parse_poison_limit(s).map(|limit| limit.map(|l| l.floor))
 }
 
-/// The floor of `--max-poison-rate`, or off ([`MaxPoisonLimit`] has the whole value).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MaxPoisonRate(pub Option<PoisonRate>);
-
-impl FromStr for MaxPoisonRate {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        parse_max_poison_rate(s).map(MaxPoisonRate)
-    }
-}
-
-impl fmt::Display for MaxPoisonRate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(rate) => rate.fmt(f),
-            None => f.write_str("off"),
-        }
-    }
-}
-
 impl FromStr for PoisonRate {
     type Err = String;
 

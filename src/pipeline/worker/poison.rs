@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 use super::{
     first_offset, Attempt, BatchClock, OffsetSink, PartitionWorker, TIMEOUTS_BEFORE_SPLIT,
 };
-use crate::error::{Fault, InboxError, RunError};
+use crate::error::{InboxError, RunError};
+use crate::fault::Fault;
 use crate::pipeline::handler::Handler;
 use crate::pipeline::inbox::last_offset;
 use crate::pipeline::message::Decoded;
@@ -234,7 +235,7 @@ impl<H: Handler, S: OffsetSink + ?Sized> PartitionWorker<H, S> {
 
 /// An error with its chain of causes (a database error's text is in its source).
 pub(super) fn describe(error: &InboxError) -> String {
-    crate::error::chain(error)
+    crate::one_line::chain(error)
 }
 
 /// Pushes the halves of a failed part: the left one on top, so it runs first.

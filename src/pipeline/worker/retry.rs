@@ -11,7 +11,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{first_offset, poison, Attempt, OffsetSink, PartitionWorker};
-use crate::error::{Fault, InboxError, RunError};
+use crate::error::{InboxError, RunError};
+use crate::fault::Fault;
 use crate::pipeline::handler::Handler;
 use crate::pipeline::inbox::{Mode, TxOutcome};
 use crate::pipeline::message::Decoded;
@@ -19,7 +20,7 @@ use crate::pipeline::message::Decoded;
 /// Timeouts (57014, or no answer within the deadline) of one batch before it is bisected: a
 /// batch too big for the statement timeout commits in smaller parts; a single message that keeps
 /// timing out stalls its partition instead (a slow database is not the message's fault).
-pub const TIMEOUTS_BEFORE_SPLIT: u32 = 3;
+pub(crate) const TIMEOUTS_BEFORE_SPLIT: u32 = 3;
 
 /// Retry schedule for transient failures: exponential with full jitter, capped.
 #[derive(Debug, Clone, Copy)]

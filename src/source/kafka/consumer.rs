@@ -16,9 +16,11 @@ mod probe;
 pub(crate) mod refused;
 mod revoke;
 mod settings;
+mod startup_error;
 
 pub(crate) use input::queue_input;
 pub use settings::KafkaSettings;
+pub use startup_error::KafkaStartupError;
 
 use revoke::wait_for_workers;
 

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use batch_inbox::ledger::Ledger;
-use batch_inbox::worker::{RetryPolicy, WorkerSettings};
 use batch_inbox::KafkaSettings;
 use batch_inbox::StatsSnapshot;
 use batch_inbox::{db, Mode, ProcessorConfig};
+use batch_inbox::{RetryPolicy, WorkerSettings};
 use deadpool_postgres::Pool;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::mocking::MockCluster;
@@ -335,13 +335,8 @@ pub fn uuid(n: u32) -> String {
 }
 
 /// A ledger record of partition 0 of topic `t`: id header `id`, value `{account_id, amount}`.
-pub fn ledger_record(
-    offset: i64,
-    id: &str,
-    account: i64,
-    amount: i64,
-) -> batch_inbox::message::RawMessage {
-    batch_inbox::message::RawMessage {
+pub fn ledger_record(offset: i64, id: &str, account: i64, amount: i64) -> batch_inbox::RawMessage {
+    batch_inbox::RawMessage {
         topic: Arc::from("t"),
         partition: 0,
         offset,
@@ -350,7 +345,7 @@ pub fn ledger_record(
         payload: Some(bytes::Bytes::from(format!(
             r#"{{"account_id":{account},"amount":{amount}}}"#
         ))),
-        headers: vec![batch_inbox::message::Header {
+        headers: vec![batch_inbox::Header {
             key: "id".into(),
             value: Some(bytes::Bytes::copy_from_slice(id.as_bytes())),
         }],
@@ -362,7 +357,7 @@ pub fn ledger_record(
 #[derive(Default)]
 pub struct Recorded(pub std::sync::Mutex<Vec<i64>>);
 
-impl batch_inbox::worker::OffsetSink for Recorded {
+impl batch_inbox::internals::worker::OffsetSink for Recorded {
     fn store(&self, _topic: &str, _partition: i32, next_offset: i64) -> Result<(), String> {
         self.0.lock().unwrap().push(next_offset);
         Ok(())

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use batch_inbox::inbox::Inbox;
+use batch_inbox::internals::inbox::Inbox;
 use batch_inbox::ledger::Ledger;
-use batch_inbox::message::{Header, RawMessage};
 use batch_inbox::redrive::{self, RedriveReport, Selection};
+use batch_inbox::{Header, RawMessage};
 use bytes::Bytes;
 use deadpool_postgres::Pool;
 use uuid::Uuid;

@@ -2,7 +2,7 @@
 //! CloudEvents with string ids, ids from keys and positions, values that are not JSON. Each ends
 //! in an exact table, and a replay by a new group changes nothing.
 
-use batch_inbox::message::key::{id_key, position_key};
+use batch_inbox::key::{id_key, position_key};
 use serde_json::json;
 
 use super::*;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use batch_inbox::inbox::{Inbox, TxOutcome};
+use batch_inbox::internals::inbox::{Inbox, TxOutcome};
 use batch_inbox::Handler;
 use batch_inbox::Mode;
 use hdrhistogram::Histogram;

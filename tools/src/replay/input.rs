@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use crate::generate::{generate, Expected, GeneratorSettings, Record};
-use batch_inbox::message::{Decoded, Header, RawMessage};
+use batch_inbox::internals::message::Decoded;
+use batch_inbox::{Header, RawMessage};
 use bytes::Bytes;
 
 /// The batches of one partition, in offset order.

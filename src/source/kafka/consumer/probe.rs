@@ -20,8 +20,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use super::startup_error::KafkaStartupError;
 use super::KafkaSettings;
-use crate::error::{KafkaClientError, KafkaStartupError};
+use crate::error::KafkaClientError;
 use crate::secret::{scrub, sensitive_values};
 
 /// The longest a single broker request of the probe waits before the events are served again.

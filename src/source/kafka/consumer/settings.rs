@@ -5,7 +5,7 @@
 use rdkafka::config::ClientConfig;
 
 use super::refused::{self, RefusedSetting};
-use crate::error::KafkaStartupError;
+use super::startup_error::KafkaStartupError;
 
 /// Kafka client settings of a processor. `Debug` hides the values of sensitive overrides.
 #[derive(Clone)]

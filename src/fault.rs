@@ -1,6 +1,9 @@
 //! Who owns a database failure: retrying fixes it (transient), the environment must change
 //! (a stall), or the message is at fault (a dead letter). One table, by SQLSTATE class and code,
 //! never by message text.
+//!
+//! A leaf, below the database (`db::DbError::is_transient`) and the pipeline's errors
+//! (`error`), which both classify by it.
 
 use tokio_postgres::error::SqlState;
 
@@ -18,7 +21,7 @@ pub(crate) fn is_retryable_db(err: &tokio_postgres::Error) -> bool {
     }
 }
 
-pub(super) fn is_retryable_state(code: &SqlState) -> bool {
+pub(crate) fn is_retryable_state(code: &SqlState) -> bool {
     classify_state(code) == Fault::Transient
 }
 
@@ -27,8 +30,8 @@ pub(super) fn is_retryable_state(code: &SqlState) -> bool {
 /// | fault | SQLSTATE classes and kinds | the worker |
 /// |---|---|---|
 /// | [`Fault::Transient`] | 08 connection, 40 rollback (serialization, deadlock), 53 resources, 57 operator intervention except 57P04, 55P03 lock not available, I/O errors, a closed connection | retries with backoff |
-/// | [`Fault::Message`] | 21 cardinality, 22 data exception, 23 integrity (also a deferred constraint at COMMIT), 44 `WITH CHECK OPTION`, P0 PL/pgSQL (`RAISE`, `ASSERT`, no or too many rows), 54 program limit; [`HandlerError::Message`](super::HandlerError::Message) | bisects the batch down to the failing message and dead-letters it |
-/// | [`Fault::Environment`] | every other class, unknown ones included (42 undefined table or column, insufficient privilege; 0A cached plan changed; 25 read-only; 2B, 2D, 3D, 3F, 58, F0, XX, 57P04 database dropped, …); [`HandlerError::Environment`](super::HandlerError::Environment) and [`HandlerError::Other`](super::HandlerError::Other) | stalls: commits, dead-letters and stores nothing, retries with capped backoff until it succeeds |
+/// | [`Fault::Message`] | 21 cardinality, 22 data exception, 23 integrity (also a deferred constraint at COMMIT), 44 `WITH CHECK OPTION`, P0 PL/pgSQL (`RAISE`, `ASSERT`, no or too many rows), 54 program limit; [`HandlerError::Message`](crate::error::HandlerError::Message) | bisects the batch down to the failing message and dead-letters it |
+/// | [`Fault::Environment`] | every other class, unknown ones included (42 undefined table or column, insufficient privilege; 0A cached plan changed; 25 read-only; 2B, 2D, 3D, 3F, 58, F0, XX, 57P04 database dropped, …); [`HandlerError::Environment`](crate::error::HandlerError::Environment) and [`HandlerError::Other`](crate::error::HandlerError::Other) | stalls: commits, dead-letters and stores nothing, retries with capped backoff until it succeeds |
 ///
 /// The rule: a failure is the message's only when it depends on the batch's data, so that
 /// bisecting can isolate it. Taking the environment's fault for the message's would turn one
