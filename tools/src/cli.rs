@@ -49,6 +49,8 @@ pub enum Command {
     PeersRow(crate::peers::RowArgs),
     /// Print the largest msgs/s (whole number) among the run reports of a prefix.
     BestRate(BestRateArgs),
+    /// Read values out of a JSON document (`json get FILE PATH…`).
+    Json(crate::json_get::JsonArgs),
 }
 
 /// `best-rate` flags.

@@ -20,6 +20,10 @@
 //! - [`cpu`]: CPU seconds from `/proc` (a process, a broker, PostgreSQL, the machine), and the
 //!   `cpu` subcommand the scripts measure their runs with; [`peers`]: the result rows of the
 //!   comparison with the peers (`scripts/peers/compare.sh`).
+//! - [`json_get`]: values of a JSON document, for a script's conditions and messages.
+//!
+//! The scripts start brokers, databases and processes and call these subcommands: what is
+//! measured, merged, checked or summed is computed here, with unit tests.
 
 pub mod chaos;
 pub mod cli;
@@ -28,6 +32,7 @@ pub mod delay_proxy;
 pub mod demo;
 pub mod drain;
 pub mod generate;
+pub mod json_get;
 pub mod measure;
 pub mod peers;
 pub mod produce;

@@ -35,6 +35,7 @@ async fn main() -> std::process::ExitCode {
         Command::Cpu(args) => batch_inbox_tools::cpu::sample::run(args),
         Command::PeersRow(args) => batch_inbox_tools::peers::append(&args),
         Command::BestRate(args) => best_rate(&args),
+        Command::Json(args) => batch_inbox_tools::json_get::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
