@@ -49,6 +49,12 @@ pub enum Command {
     PeersRow(crate::peers::RowArgs),
     /// Print the largest msgs/s (whole number) among the run reports of a prefix.
     BestRate(BestRateArgs),
+    /// Write the load test's machine.json: the machine, the PostgreSQL server (with
+    /// pg_test_fsync's fdatasync rate) and the run's parameters.
+    Machine(crate::machine::MachineArgs),
+    /// A load-test run's report: `report merge-acks` adds the producer's acknowledgement
+    /// latencies.
+    Report(crate::report::ReportArgs),
     /// Read values out of a JSON document (`json get FILE PATH…`).
     Json(crate::json_get::JsonArgs),
 }

@@ -20,6 +20,7 @@
 //! - [`cpu`]: CPU seconds from `/proc` (a process, a broker, PostgreSQL, the machine), and the
 //!   `cpu` subcommand the scripts measure their runs with; [`peers`]: the result rows of the
 //!   comparison with the peers (`scripts/peers/compare.sh`).
+//! - [`machine`]: what a result was measured on (the load test's `machine.json`).
 //! - [`json_get`]: values of a JSON document, for a script's conditions and messages.
 //!
 //! The scripts start brokers, databases and processes and call these subcommands: what is
@@ -33,6 +34,7 @@ pub mod demo;
 pub mod drain;
 pub mod generate;
 pub mod json_get;
+pub mod machine;
 pub mod measure;
 pub mod peers;
 pub mod produce;

@@ -35,6 +35,8 @@ async fn main() -> std::process::ExitCode {
         Command::Cpu(args) => batch_inbox_tools::cpu::sample::run(args),
         Command::PeersRow(args) => batch_inbox_tools::peers::append(&args),
         Command::BestRate(args) => best_rate(&args),
+        Command::Machine(args) => batch_inbox_tools::machine::run(&args).await,
+        Command::Report(args) => batch_inbox_tools::report::run(&args),
         Command::Json(args) => batch_inbox_tools::json_get::run(&args),
     };
     match result {
