@@ -55,6 +55,9 @@ pub enum Command {
     /// A load-test run's report: `report merge-acks` adds the producer's acknowledgement
     /// latencies.
     Report(crate::report::ReportArgs),
+    /// The database going back in time (scripts/failover.sh, scripts/restore.sh): the
+    /// record-by-record check and the runs' reports.
+    Recovery(crate::recovery::RecoveryArgs),
     /// Read values out of a JSON document (`json get FILE PATH…`).
     Json(crate::json_get::JsonArgs),
 }

@@ -21,6 +21,8 @@
 //!   `cpu` subcommand the scripts measure their runs with; [`peers`]: the result rows of the
 //!   comparison with the peers (`scripts/peers/compare.sh`).
 //! - [`machine`]: what a result was measured on (the load test's `machine.json`).
+//! - [`recovery`]: the database going back in time (`scripts/failover.sh`,
+//!   `scripts/restore.sh`): the record-by-record check and the runs' reports.
 //! - [`json_get`]: values of a JSON document, for a script's conditions and messages.
 //!
 //! The scripts start brokers, databases and processes and call these subcommands: what is
@@ -40,6 +42,7 @@ pub mod peers;
 pub mod produce;
 /// The product's shared flags (database, Kafka, pipeline): the ones the binary takes.
 pub use batch_inbox::flags as product_args;
+pub mod recovery;
 pub mod replay;
 pub mod report;
 pub mod summary;

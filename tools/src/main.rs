@@ -37,6 +37,7 @@ async fn main() -> std::process::ExitCode {
         Command::BestRate(args) => best_rate(&args),
         Command::Machine(args) => batch_inbox_tools::machine::run(&args).await,
         Command::Report(args) => batch_inbox_tools::report::run(&args),
+        Command::Recovery(args) => batch_inbox_tools::recovery::run(args).await,
         Command::Json(args) => batch_inbox_tools::json_get::run(&args),
     };
     match result {
