@@ -58,6 +58,9 @@ pub enum Command {
     /// The database going back in time (scripts/failover.sh, scripts/restore.sh): the
     /// record-by-record check and the runs' reports.
     Recovery(crate::recovery::RecoveryArgs),
+    /// Read Apache Kafka's tools' output or its brokers' logs on stdin: lag 0, committed and end
+    /// offsets, ISR changes.
+    Kafka(crate::kafka_output::KafkaArgs),
     /// Read values out of a JSON document (`json get FILE PATH…`).
     Json(crate::json_get::JsonArgs),
 }

@@ -23,6 +23,8 @@
 //! - [`machine`]: what a result was measured on (the load test's `machine.json`).
 //! - [`recovery`]: the database going back in time (`scripts/failover.sh`,
 //!   `scripts/restore.sh`): the record-by-record check and the runs' reports.
+//! - [`kafka_output`]: what Apache Kafka's tools and logs say (lag, offsets, ISR changes), read
+//!   for the scripts.
 //! - [`json_get`]: values of a JSON document, for a script's conditions and messages.
 //!
 //! The scripts start brokers, databases and processes and call these subcommands: what is
@@ -36,6 +38,7 @@ pub mod demo;
 pub mod drain;
 pub mod generate;
 pub mod json_get;
+pub mod kafka_output;
 pub mod machine;
 pub mod measure;
 pub mod peers;

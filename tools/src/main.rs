@@ -38,6 +38,7 @@ async fn main() -> std::process::ExitCode {
         Command::Machine(args) => batch_inbox_tools::machine::run(&args).await,
         Command::Report(args) => batch_inbox_tools::report::run(&args),
         Command::Recovery(args) => batch_inbox_tools::recovery::run(args).await,
+        Command::Kafka(args) => batch_inbox_tools::kafka_output::run(&args),
         Command::Json(args) => batch_inbox_tools::json_get::run(&args),
     };
     match result {
