@@ -35,8 +35,9 @@ pub enum Command {
     Summary(SummaryArgs),
     /// The database ceiling: binary COPY of an inbox's ids into an empty inbox-shaped table.
     CopyCeiling(CopyCeilingArgs),
-    /// Fault injection under load (processes, database restarts, rebalances), then invariants.
-    Chaos(crate::chaos::ChaosArgs),
+    /// Fault injection under load (processes, database restarts, rebalances), then invariants;
+    /// `chaos summary DIR`: the table of a directory's chaos runs.
+    Chaos(crate::chaos::ChaosCli),
     /// The database-only ceiling: the load test's batches, the product's statements and handler,
     /// driven from memory against PostgreSQL with no Kafka.
     Replay(crate::replay::Args),

@@ -15,7 +15,8 @@
 //! - [`report`]: a load-test run's report; [`summary`]: the load test's tables and plots.
 //! - [`measure`]: the COPY ceiling and pg_stat_statements counts; [`replay`]: the database-only
 //!   ceiling, the same batches and statements driven from memory.
-//! - [`chaos`]: the fault-injection driver and its invariant checker.
+//! - [`chaos`]: the fault-injection driver, its invariant checker, and the table of a
+//!   directory of runs.
 //! - [`delay_proxy`]: a TCP proxy that delays every byte: a database on another host.
 //! - [`cpu`]: CPU seconds from `/proc` (a process, a broker, PostgreSQL, the machine), and the
 //!   `cpu` subcommand the scripts measure their runs with; [`peers`]: the result rows of the

@@ -29,7 +29,15 @@ async fn main() -> std::process::ExitCode {
             .map(|files| files.iter().for_each(|f| println!("wrote {}", f.display())))
             .map_err(Into::into),
         Command::CopyCeiling(args) => copy_ceiling(args).await,
-        Command::Chaos(args) => return chaos(args).await,
+        Command::Chaos(cli) => match (cli.command, cli.run) {
+            (Some(batch_inbox_tools::chaos::ChaosCommand::Summary(a)), _) => {
+                batch_inbox_tools::chaos::summary::of_dir(&a.dir).map(|md| print!("{md}"))
+            }
+            (None, Some(args)) => return chaos(args).await,
+            (None, None) => Err(anyhow::anyhow!(
+                "chaos: give the run's flags (see chaos --help) or `chaos summary DIR`"
+            )),
+        },
         Command::Replay(args) => batch_inbox_tools::replay::replay(args).await,
         Command::DelayProxy(args) => batch_inbox_tools::delay_proxy::serve(args).await,
         Command::Cpu(args) => batch_inbox_tools::cpu::sample::run(args),
