@@ -62,6 +62,8 @@ pub enum Command {
     /// Read Apache Kafka's tools' output or its brokers' logs on stdin: lag 0, committed and end
     /// offsets, ISR changes.
     Kafka(crate::kafka_output::KafkaArgs),
+    /// scripts/replay-compare.sh: collect replay runs with their round, and their table.
+    ReplayCompare(crate::replay_compare::ReplayCompareArgs),
     /// Read values out of a JSON document (`json get FILE PATH…`).
     Json(crate::json_get::JsonArgs),
 }

@@ -26,6 +26,7 @@
 //!   `scripts/restore.sh`): the record-by-record check and the runs' reports.
 //! - [`kafka_output`]: what Apache Kafka's tools and logs say (lag, offsets, ISR changes), read
 //!   for the scripts.
+//! - [`replay_compare`]: the replay runs of `scripts/replay-compare.sh` and their table.
 //! - [`json_get`]: values of a JSON document, for a script's conditions and messages.
 //!
 //! The scripts start brokers, databases and processes and call these subcommands: what is
@@ -48,6 +49,7 @@ pub mod produce;
 pub use batch_inbox::flags as product_args;
 pub mod recovery;
 pub mod replay;
+pub mod replay_compare;
 pub mod report;
 pub mod summary;
 pub mod verify;

@@ -47,6 +47,7 @@ async fn main() -> std::process::ExitCode {
         Command::Report(args) => batch_inbox_tools::report::run(&args),
         Command::Recovery(args) => batch_inbox_tools::recovery::run(args).await,
         Command::Kafka(args) => batch_inbox_tools::kafka_output::run(&args),
+        Command::ReplayCompare(args) => batch_inbox_tools::replay_compare::run(&args),
         Command::Json(args) => batch_inbox_tools::json_get::run(&args),
     };
     match result {
