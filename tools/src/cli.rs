@@ -46,8 +46,9 @@ pub enum Command {
     /// CPU seconds of a run from /proc: a process, the broker, PostgreSQL, the machine
     /// (`cpu start`, `cpu stop`, or `cpu run -- COMMAND`).
     Cpu(crate::cpu::sample::CpuArgs),
-    /// Append one result row of scripts/peers/compare.sh (rate and CPU per 1000 records).
-    PeersRow(crate::peers::RowArgs),
+    /// The comparison with the peers (scripts/peers/): result rows, the model's counts and
+    /// rows, the results' tables.
+    Peers(crate::peers::PeersArgs),
     /// Print the largest msgs/s (whole number) among the run reports of a prefix.
     BestRate(BestRateArgs),
     /// Write the load test's machine.json: the machine, the PostgreSQL server (with

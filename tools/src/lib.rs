@@ -19,8 +19,8 @@
 //!   directory of runs.
 //! - [`delay_proxy`]: a TCP proxy that delays every byte: a database on another host.
 //! - [`cpu`]: CPU seconds from `/proc` (a process, a broker, PostgreSQL, the machine), and the
-//!   `cpu` subcommand the scripts measure their runs with; [`peers`]: the result rows of the
-//!   comparison with the peers (`scripts/peers/compare.sh`).
+//!   `cpu` subcommand the scripts measure their runs with; [`peers`]: the comparison with the
+//!   peers (`scripts/peers/`): result rows, the model's counts, the results' tables.
 //! - [`machine`]: what a result was measured on (the load test's `machine.json`).
 //! - [`recovery`]: the database going back in time (`scripts/failover.sh`,
 //!   `scripts/restore.sh`): the record-by-record check and the runs' reports.

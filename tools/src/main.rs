@@ -41,7 +41,7 @@ async fn main() -> std::process::ExitCode {
         Command::Replay(args) => batch_inbox_tools::replay::replay(args).await,
         Command::DelayProxy(args) => batch_inbox_tools::delay_proxy::serve(args).await,
         Command::Cpu(args) => batch_inbox_tools::cpu::sample::run(args),
-        Command::PeersRow(args) => batch_inbox_tools::peers::append(&args),
+        Command::Peers(args) => batch_inbox_tools::peers::run(args).await,
         Command::BestRate(args) => best_rate(&args),
         Command::Machine(args) => batch_inbox_tools::machine::run(&args).await,
         Command::Report(args) => batch_inbox_tools::report::run(&args),
