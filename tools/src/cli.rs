@@ -65,6 +65,10 @@ pub enum Command {
     Kafka(crate::kafka_output::KafkaArgs),
     /// scripts/replay-compare.sh: collect replay runs with their round, and their table.
     ReplayCompare(crate::replay_compare::ReplayCompareArgs),
+    /// The table of scripts/group-protocol-compare.sh (README.md).
+    GroupProtocolReport(crate::group_protocol::GroupProtocolArgs),
+    /// The processor's log lines of a broker outage, counted (scripts/outage-lines.sh).
+    OutageLines(crate::outage_lines::OutageLinesArgs),
     /// Read values out of a JSON document (`json get FILE PATH…`).
     Json(crate::json_get::JsonArgs),
 }

@@ -27,6 +27,8 @@
 //! - [`kafka_output`]: what Apache Kafka's tools and logs say (lag, offsets, ISR changes), read
 //!   for the scripts.
 //! - [`replay_compare`]: the replay runs of `scripts/replay-compare.sh` and their table.
+//! - [`group_protocol`], [`outage_lines`]: the tables of `scripts/group-protocol-compare.sh` and
+//!   `scripts/outage-lines.sh`.
 //! - [`json_get`]: values of a JSON document, for a script's conditions and messages.
 //!
 //! The scripts start brokers, databases and processes and call these subcommands: what is
@@ -39,10 +41,12 @@ pub mod delay_proxy;
 pub mod demo;
 pub mod drain;
 pub mod generate;
+pub mod group_protocol;
 pub mod json_get;
 pub mod kafka_output;
 pub mod machine;
 pub mod measure;
+pub mod outage_lines;
 pub mod peers;
 pub mod produce;
 /// The product's shared flags (database, Kafka, pipeline): the ones the binary takes.

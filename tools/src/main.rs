@@ -48,6 +48,8 @@ async fn main() -> std::process::ExitCode {
         Command::Recovery(args) => batch_inbox_tools::recovery::run(args).await,
         Command::Kafka(args) => batch_inbox_tools::kafka_output::run(&args),
         Command::ReplayCompare(args) => batch_inbox_tools::replay_compare::run(&args),
+        Command::GroupProtocolReport(args) => batch_inbox_tools::group_protocol::run(&args),
+        Command::OutageLines(args) => batch_inbox_tools::outage_lines::run(&args),
         Command::Json(args) => batch_inbox_tools::json_get::run(&args),
     };
     match result {
