@@ -26,6 +26,6 @@ failed=0
 for seed in $seeds; do
   scripts/chaos.sh --seed "$seed" --duration "$duration" --results-dir "$out" "${extra[@]}" || failed=1
 done
-scripts/chaos-summary.py "$out" >"$out/summary.md"
+./target/release/batch-inbox-bench chaos summary "$out" >"$out/summary.md"
 echo "wrote $out/summary.md" >&2
 exit "$failed"

@@ -168,7 +168,7 @@ driver_pid=""
 # a control or a failed run has nothing to confirm.
 if [ "$status" = 0 ]; then
   report=$(find "$results_dir" -maxdepth 1 -name 'chaos-*.json' -newer "$work/started" | sort | tail -n 1)
-  group=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["setup"]["group"])' "$report")
+  group=$($bin json get "$report" setup.group)
   if ! kafka_group_lag_zero "$brokers" "$group"; then
     log "Kafka's ConsumerGroupCommand reports lag for group $group after a PASS"
     status=1

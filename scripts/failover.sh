@@ -8,8 +8,8 @@
 # primary runs ahead, then it dies (SIGKILL of the postmaster and every backend at once) and the
 # replica is promoted. The processor must reconnect by itself and drain; then the promoted
 # database is checked against the generator's model exactly (`batch-inbox-bench verify`) and,
-# record by record, against the topic (scripts/recovery-check.py: what was lost, where, and
-# whether anything was applied twice).
+# record by record, against the topic (`batch-inbox-bench recovery check`: what was lost, where,
+# and whether anything was applied twice).
 #
 #   scripts/failover.sh [--messages N] [--sync] [--seed N] [--results-dir DIR]
 #
@@ -230,7 +230,7 @@ as_postgres "$PG_BIN/pg_ctl" -D "$replica/data" promote -w -t 60 >/dev/null || f
 # Drain: every record's position stored on the promoted server, the processor still running.
 wait "$producer_pid" || fail "produce: $(tail -n 3 "$work/produce.log")"
 producer_pid=""
-records=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["records"])' "$work/expected.json")
+records=$("$BENCH" json get "$work/expected.json" records)
 drained=1
 wait_positions "$p2" "$records" 180 || drained=0
 drain_s=$((SECONDS - kill_at))
@@ -262,58 +262,31 @@ verdict=PASS
 "$BENCH" verify --database-url "$final_url" --expect "$work/expected.json" >"$work/verify.log" 2>&1 ||
   verdict=FAIL
 read_topic "$brokers" "$topic" "$records" "$work/topic.txt" || fail "reading the topic back"
-python3 scripts/recovery-check.py "$work/topic.txt" "$final_url" "$topic" >"$work/check.json" ||
-  fail "recovery-check.py"
+"$BENCH" recovery check --topic-dump "$work/topic.txt" --database-url "$final_url" \
+  --topic "$topic" --out "$work/check.json" || fail "recovery check"
 final_rows=$(inbox_rows "$p2")
 final_positions=$(positions "$p2")
-warns=$(gap_warnings "$work/processor.log")
-rewound=$(rewound_records "$work/processor.log")
-errors=$(grep -c ' ERROR ' "$work/processor.log" || true)
-reconnects=$(grep -ciE 'retry|retrying|backoff' "$work/processor.log" || true)
 
+# The report: the readings above; the tool adds the model, the verdict's text, the check and the
+# counts of the processor's log (WARN lines about the database going back, the records they say
+# are read again, ERROR and retry lines).
 mkdir -p "$results_dir"
-python3 - "$results_dir/$name" "$work" <<PY
-import json, sys
-out, work = sys.argv[1], sys.argv[2]
-check = json.load(open(work + "/check.json"))
-expected = json.load(open(work + "/expected.json"))
-verify = open(work + "/verify.log").read().strip()
-old = "$old_rows"
-r = {
-  "run": "$name", "mode": "$mode", "seed": $seed, "messages": $messages, "rate": $rate,
-  "binary": "$BIN", "broker": "$BROKER_KIND", "postgres": "$("$PG_BIN/postgres" --version)",
-  "verdict": "$verdict", "verify": verify,
-  "model": {"records": expected["records"], "new": expected["new"],
-            "duplicates": expected["duplicates"], "dead_letters": expected["dead_letters"]},
-  "replication_cut": bool($cut), "replica_received_lsn_at_cut": "$cut_lsn" or None,
-  "primary_lsn_at_kill": "$primary_lsn_at_kill",
-  "primary_rows_last_read_before_kill": $primary_rows_before,
-  "primary_positions_last_read_before_kill": $primary_positions_before,
-  "primary_rows_at_kill": int(old) if old else None,
-  "primary_positions_at_kill": int("$old_positions") if "$old_positions" else None,
-  "replica_rows_at_promotion": $replica_rows,
-  "replica_positions_at_promotion": $replica_positions,
-  "gap_rows": (int(old) if old else $primary_rows_before) - $replica_rows,
-  "final_rows": $final_rows, "final_positions": $final_positions,
-  "drained": bool($drained), "seconds_from_kill_to_drained": $drain_s,
-  "processor_exits": [int(x) for x in "${exits[*]:-}".split()], "processor_restarts": $restarts,
-  "processor_gap_warnings": $warns, "processor_records_rewound": $rewound, "processor_error_lines": $errors,
-  "processor_retry_lines": $reconnects,
-  "check": check,
-}
-json.dump(r, open(out + ".json", "w"), indent=2)
-lines = [f"# {r['run']}", "",
-  f"- verdict: **{r['verdict']}** ({'exactly the model' if r['verdict'] == 'PASS' else verify.splitlines()[-1] if verify else ''})",
-  f"- input: {r['messages']} records at {r['rate']}/s, seed {r['seed']}; model: {expected['new']} valid ids, {expected['duplicates']} duplicates, dead letters {expected['dead_letters']}",
-  f"- replication: {r['mode']}{', cut at ' + r['replica_received_lsn_at_cut'] if r['replication_cut'] else ''}",
-  f"- inbox rows: primary at kill {r['primary_rows_at_kill']}, replica at promotion {r['replica_rows_at_promotion']}, gap {r['gap_rows']}; final {r['final_rows']} (model {expected['new']})",
-  f"- lost: {check['lost_valid_ids']} valid ids ({'; '.join(check['lost_valid_where'])}); {check['lost_dead_letters']} dead letters",
-  f"- applied twice: {'YES' if check['applied_twice'] else 'no'} (balances differing from a replay of the inbox's own rows: {check['balances_differing_from_inbox_replay']})",
-  f"- processor: {r['processor_restarts']} restarts, {r['processor_gap_warnings']} WARN lines about the database going back (records read again: {r['processor_records_rewound']}), {r['processor_error_lines']} ERROR lines; drained {r['drained']} ({r['seconds_from_kill_to_drained']} s after the kill)",
-  f"- binary: {r['binary']}; {r['postgres']}; {r['broker']}", ""]
-open(out + ".md", "w").write("\n".join(lines))
-print("\n".join(lines[2:]))
-PY
+readings=()
+[ -n "$cut_lsn" ] && readings+=(--cut-lsn "$cut_lsn")
+[ -n "$old_rows" ] && readings+=(--primary-rows-at-kill "$old_rows")
+[ -n "$old_positions" ] && readings+=(--primary-positions-at-kill "$old_positions")
+for rc in "${exits[@]}"; do readings+=(--exit "$rc"); done
+drained_json=false
+[ "$drained" = 1 ] && drained_json=true
+"$BENCH" recovery failover-report --out "$results_dir/$name" --expected "$work/expected.json" \
+  --verify-log "$work/verify.log" --check "$work/check.json" --processor-log "$work/processor.log" \
+  --run "$name" --seed "$seed" --messages "$messages" --rate "$rate" --binary "$BIN" \
+  --broker "$BROKER_KIND" --postgres "$("$PG_BIN/postgres" --version)" --verdict "$verdict" \
+  --mode "$mode" --primary-lsn-at-kill "$primary_lsn_at_kill" \
+  --primary-rows-before "$primary_rows_before" --primary-positions-before "$primary_positions_before" \
+  --replica-rows "$replica_rows" --replica-positions "$replica_positions" \
+  --final-rows "$final_rows" --final-positions "$final_positions" --drained "$drained_json" \
+  --drain-s "$drain_s" --restarts "$restarts" "${readings[@]}" || fail "writing the report"
 log "results: $results_dir/$name.json, .md"
 if [ "$verdict" = PASS ]; then status=0; else status=1; fi
 log "$verdict"

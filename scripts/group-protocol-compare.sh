@@ -86,36 +86,5 @@ for proto in classic consumer; do
   log "$proto: database equals the model"
 done
 
-python3 - "$work" "$out" "$RATE" "$SECONDS_" "$KAFKA_VERSION" <<'PY'
-import json, sys, glob, os, datetime
-work, out, rate, secs, kv = sys.argv[1:]
-rows = []
-for proto in ("classic", "consumer"):
-    members = [json.load(open(f)) for f in sorted(glob.glob(f"{work}/{proto}-[ABC].json"))]
-    produced = json.load(open(f"{work}/{proto}-expected.json"))
-    produced = produced.get("records", produced.get("messages"))
-    read = sum(m["stats"]["records"] for m in members)
-    lat = [m["e2e_latency_ms"] for m in members if m.get("e2e_latency_ms", {}).get("count")]
-    worst = lambda k: max(l[k] for l in lat)
-    rows.append((proto, produced, read, read - produced, worst("p99"), worst("p999"), worst("max")))
-with open(os.path.join(out, "README.md"), "w") as f:
-    f.write(f"""# Consumer group protocols under membership changes
-
-`scripts/group-protocol-compare.sh`, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, one Apache Kafka
-{kv} node, PostgreSQL 15 (`synchronous_commit=on`), {os.cpu_count()} cores shared by all. A paced
-producer writes {rate} records/s for {secs} s to 8 partitions; member A starts, B joins at 8 s, A
-leaves (SIGTERM) at 16 s, C joins at 24 s. Each run's database equals the generator's model.
-
-| protocol | produced | read by the members | read again | worst member's p99 ms | p99.9 ms | max ms |
-|---|---:|---:|---:|---:|---:|---:|
-""")
-    for r in rows:
-        f.write("| {} | {} | {} | {} | {:.1f} | {:.1f} | {:.1f} |\n".format(*r))
-    f.write("""
-Latency is from each record's timestamp (its intended send time) to the COMMIT of its batch;
-its tail is the pause the membership changes cost, since records wait while their partition
-has no owner. "read again": records delivered to a second member after their partition moved
-(applied once, skipped by the inbox as duplicates).
-""")
-print(open(os.path.join(out, "README.md")).read())
-PY
+$bench group-protocol-report --work "$work" --out "$out" --rate "$RATE" --seconds "$SECONDS_" \
+  --kafka-version "$KAFKA_VERSION"

@@ -1,5 +1,11 @@
 # Shared helpers for the scripts. Source it; do not run it.
 
+# bench_tool ARGS...: the toolbox, batch-inbox-bench, which parses, checks and sums what the
+# helpers here read (Kafka's tools' output, the brokers' logs). The calling script builds it;
+# BENCH names another build.
+_lib_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bench_tool() { "${BENCH:-$_lib_root/target/release/batch-inbox-bench}" "$@"; }
+
 # Starts the local PostgreSQL cluster when it is not accepting connections, waits for it, and
 # makes sure user postgres can connect over TCP from 127.0.0.1 (ensure_postgres_trust).
 ensure_postgres() {

@@ -148,36 +148,17 @@ run_drain() {
   fi
 }
 
+# machine.json: the machine, PostgreSQL (its settings and pg_test_fsync's fdatasync rate, the
+# per-message baseline's limit: one WAL flush per message) and this run's parameters.
 machine_json() {
-  python3 - "$OUT/loadtest/machine.json" <<PY
-import json, os, subprocess, sys, platform, datetime
-def q(sql):
-    return subprocess.run(["psql","-Atq","-h","127.0.0.1","-U","postgres","-c",sql],capture_output=True,text=True).stdout.strip()
-mem = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal"))
-def fsync_rate():
-    # The per-message baseline's limit: one WAL flush per message (fdatasync, one 8 kB write).
-    import glob, re
-    tools = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_test_fsync"))
-    if not tools:
-        return None
-    data = q("SHOW data_directory")
-    out = subprocess.run([tools[-1], "-s", "1", "-f", os.path.join(data, "..", "batch_inbox_fsync_test")],
-                         capture_output=True, text=True).stdout
-    m = re.search(r"fdatasync\s+([0-9.]+) ops/sec", out)
-    return float(m.group(1)) if m else None
-json.dump({
-  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-  "cores": os.cpu_count(), "memory_gib": round(mem/1048576, 1),
-  "kernel": platform.release(), "postgres_version": q("SHOW server_version"),
-  "synchronous_commit": q("SHOW synchronous_commit"), "fsync": q("SHOW fsync"),
-  "pg_test_fsync_fdatasync_ops_per_s": fsync_rate(),
-  "broker": "${broker_kind}",
-  "messages": ${MESSAGES}, "accounts": ${ACCOUNTS}, "partitions": ${PARTITIONS},
-  "duplicate_ratio": ${DUPLICATE_RATIO}, "bad_ratio": ${BAD_RATIO}, "debit_ratio": ${DEBIT_RATIO},
-  "id_version": ${ID_VERSION}, "linger_ms": ${LINGER_MS}, "pool_size": ${POOL_SIZE},
-  "quick": bool(${quick}), "default_batching": "${default_batching}",
-}, open(sys.argv[1], "w"), indent=2)
-PY
+  local quick_json=false
+  [ "$quick" = 1 ] && quick_json=true
+  $bench machine --out "$OUT/loadtest/machine.json" --param "broker=$broker_kind" \
+    --param "messages=$MESSAGES" --param "accounts=$ACCOUNTS" --param "partitions=$PARTITIONS" \
+    --param "duplicate_ratio=$DUPLICATE_RATIO" --param "bad_ratio=$BAD_RATIO" \
+    --param "debit_ratio=$DEBIT_RATIO" --param "id_version=$ID_VERSION" \
+    --param "linger_ms=$LINGER_MS" --param "pool_size=$POOL_SIZE" --param "quick=$quick_json" \
+    --param "default_batching=$default_batching"
 }
 
 # The best batched run's msgs/s (the batch-size sweep), 1000 without one.
@@ -220,12 +201,7 @@ latency_run() {
   wait "$run_pid" || { cat "$work/$label.err" >&2; return 1; }
   cpu_mark "$label" stop
   # The producer's side of each record's latency (timestamp to the broker's acknowledgement).
-  python3 - "$runs/$label.json" "$work/$label.acks.json" <<'PY'
-import json, sys
-report = json.load(open(sys.argv[1]))
-report["acked_ms"] = json.load(open(sys.argv[2]))
-json.dump(report, open(sys.argv[1], "w"), indent=2)
-PY
+  $bench report merge-acks --run "$runs/$label.json" --acks "$work/$label.acks.json"
 }
 
 # floor_run RATE: consume-only at RATE/s, the broker-and-client floor of the latency runs.

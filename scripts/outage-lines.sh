@@ -49,26 +49,5 @@ kafka_node_start "$work/kafka" 1
 sleep "$after"
 kill -TERM "${pids[0]}"
 wait "${pids[0]}" || true
-python3 - "$out/log.jsonl" "$killed_at" "$down" >"$out/counts.txt" <<'PY'
-import collections, json, re, sys
-path, since, down = sys.argv[1], sys.argv[2], sys.argv[3]
-counts, lines = collections.Counter(), []
-for raw in open(path):
-    try:
-        e = json.loads(raw)
-    except ValueError:
-        continue
-    if e.get("timestamp", "")[:19] < since or e.get("level") not in ("WARN", "ERROR", "INFO"):
-        continue
-    msg = re.sub(r"\d+", "N", e.get("message", ""))[:110]
-    if e["level"] != "INFO" or "Kafka" in msg:
-        counts[(e["level"], e.get("target", ""), msg)] += 1
-        lines.append(f'{e["timestamp"][11:19]} {e["level"]} {e.get("message", "")[:160]}')
-warn = sum(n for (level, _, _), n in counts.items() if level != "INFO")
-print(f"WARN/ERROR lines from the kill ({since}Z, {down} s down) to the end: {warn}")
-for (level, target, msg), n in counts.most_common():
-    print(f"{n:5}  {level:5} {target}: {msg}")
-print("\nThe lines:")
-print("\n".join(lines[:60]))
-PY
+$bench outage-lines --log "$out/log.jsonl" --since "$killed_at" --down "$down" >"$out/counts.txt"
 cat "$out/counts.txt"

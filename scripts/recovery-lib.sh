@@ -34,7 +34,8 @@ pg_kill_all() {
 }
 
 # read_topic BROKERS TOPIC RECORDS FILE: every record of TOPIC (partition, offset, headers, key,
-# value; a null value as NULL) with Kafka's own ConsoleConsumer, for scripts/recovery-check.py.
+# value; a null value as NULL) with Kafka's own ConsoleConsumer, for `batch-inbox-bench recovery
+# check`.
 read_topic() {
   kafka_tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$1" --topic "$2" \
     --from-beginning --max-messages "$3" --timeout-ms 20000 \
@@ -53,28 +54,6 @@ start_processor() {
   NO_COLOR=1 RUST_LOG="${RUST_LOG:-info,rdkafka=warn}" "$BIN" run "$@" >>"$log" 2>&1 &
   # shellcheck disable=SC2034 # the caller's
   PROCESSOR_PID=$!
-}
-
-# gap_warnings LOG: the processor's WARN lines that say the database's position went back: at
-# assignment ("the database's position is behind Kafka's committed offset by N"), or while
-# running ("... the database went back ...: reading again from the database's position"), or a
-# partition the database knows nothing of ("... starting at the partition's beginning").
-gap_warnings() {
-  grep -a 'WARN' "$1" | grep -aicE "position is behind|went back|back in time|rewound|reading again from the database|holds no position" || true
-}
-
-# rewound_records LOG: the records those WARN lines say are read again (their behind= and gap=
-# fields, summed).
-# One awk: a pipeline with a grep that finds nothing would fail under pipefail.
-rewound_records() {
-  sed 's/\x1b\[[0-9;]*m//g' "$1" | awk '/WARN/ {
-      line = $0
-      while (match(line, /(behind|gap)=[0-9]+/)) {
-        n += substr(line, RSTART, RLENGTH) ~ /^behind/ ? substr(line, RSTART + 7, RLENGTH - 7) : substr(line, RSTART + 4, RLENGTH - 4)
-        line = substr(line, RSTART + RLENGTH)
-      }
-    }
-    END { print n + 0 }'
 }
 
 # --- A replicated pair whose roles move (scripts/chaos.sh --db-failover) ---

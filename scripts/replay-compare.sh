@@ -10,7 +10,9 @@
 # after the migrations (schema variants); FLAGS go to every replay (`--batch-size 500`). The server
 # runs with fsync and synchronous_commit on, pg_stat_statements preloaded, the load test server's
 # shared_buffers (128 MB) and max_wal_size (1 GB), and autovacuum off like it. Results: JSON lines
-# in FILE (default target/replay-compare.jsonl), one per run, with its round.
+# in FILE (default target/replay-compare.jsonl), one per run, with its round; the table is
+# `batch-inbox-bench replay-compare summary FILE [BASELINE_LABEL]` (this tree's build, BENCH
+# names another; built first unless SKIP_BUILD=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -26,6 +28,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ ${#configs[@]} -gt 0 ] || { echo "no configuration given" >&2; exit 2; }
+[ "${SKIP_BUILD:-0}" = 1 ] || cargo build --release --quiet -p batch-inbox-tools
+bench=${BENCH:-./target/release/batch-inbox-bench}
 
 dir=$(mktemp -d /tmp/replay-compare.XXXXXX)
 port=$(free_port)
@@ -54,10 +58,8 @@ for ((r = 0; r < rounds; r++)); do
     run=$(mktemp)
     echo "[round $r $(date +%T)] $label" >&2
     "${parts[0]}" replay --label "$label" --report "$run" "${args[@]}" "${flags[@]}"
-    python3 -c 'import json, sys
-for line in open(sys.argv[2]):
-    print(json.dumps(dict(json.loads(line), round=int(sys.argv[1]))))' "$r" "$run" >>"$out"
+    "$bench" replay-compare append --round "$r" --run "$run" --out "$out"
     rm -f "$run"
   done
 done
-python3 scripts/replay-summary.py "$out"
+"$bench" replay-compare summary "$out"

@@ -6,7 +6,8 @@
 # is taken; the processor drains the rest and is stopped; the backup is restored; the processor
 # runs again (same group, --exit-on-eof); then the database is checked against the generator's
 # model exactly (`batch-inbox-bench verify`) and, record by record, against the topic
-# (scripts/recovery-check.py: what was lost, where, and whether anything was applied twice).
+# (`batch-inbox-bench recovery check`: what was lost, where, and whether anything was applied
+# twice).
 #
 #   scripts/restore.sh [--messages N] [--pitr] [--seed N] [--results-dir DIR]
 #
@@ -165,7 +166,7 @@ fi
 
 wait "$producer_pid" || fail "produce: $(tail -n 3 "$work/produce.log")"
 producer_pid=""
-records=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["records"])' "$work/expected.json")
+records=$("$BENCH" json get "$work/expected.json" records)
 wait_positions "$records" 180 || fail "the processor did not drain: positions $(positions "$port") of $records"
 kill -TERM "$PROCESSOR_PID"
 wait "$PROCESSOR_PID" || true
@@ -234,49 +235,26 @@ verdict=PASS
 "$BENCH" verify --database-url "$DATABASE_URL" --expect "$work/expected.json" >"$work/verify.log" 2>&1 ||
   verdict=FAIL
 read_topic "$brokers" "$topic" "$records" "$work/topic.txt" || fail "reading the topic back"
-python3 scripts/recovery-check.py "$work/topic.txt" "$DATABASE_URL" "$topic" >"$work/check.json" ||
-  fail "recovery-check.py"
+"$BENCH" recovery check --topic-dump "$work/topic.txt" --database-url "$DATABASE_URL" \
+  --topic "$topic" --out "$work/check.json" || fail "recovery check"
 final_rows=$(inbox_rows "$port")
 final_positions=$(positions "$port")
-warns=$(gap_warnings "$work/processor.log")
-rewound=$(rewound_records "$work/processor.log")
 
+# The report: the readings above; the tool adds the model, the verdict's text, the check and the
+# counts of the processor's log (WARN lines about the database going back, the records they say
+# are read again).
 mkdir -p "$results_dir"
-python3 - "$results_dir/$name" "$work" <<PY
-import json, sys
-out, work = sys.argv[1], sys.argv[2]
-check = json.load(open(work + "/check.json"))
-expected = json.load(open(work + "/expected.json"))
-verify = open(work + "/verify.log").read().strip()
-r = {
-  "run": "$name", "backup": "$kind", "seed": $seed, "messages": $messages, "rate": $rate,
-  "binary": "$BIN", "broker": "$BROKER_KIND", "postgres": "$("$PG_BIN/postgres" --version)",
-  "verdict": "$verdict", "verify": verify,
-  "model": {"records": expected["records"], "new": expected["new"],
-            "duplicates": expected["duplicates"], "dead_letters": expected["dead_letters"]},
-  "recovery_target_time": "${target_time:-}" or None,
-  "rows_when_backed_up": $backup_rows, "positions_when_backed_up": $backup_positions,
-  "rows_before_restore": $drained_rows,
-  "rows_after_restore": $restored_rows, "positions_after_restore": $restored_positions,
-  "gap_rows": $drained_rows - $restored_rows,
-  "second_run_exit": $second_rc,
-  "final_rows": $final_rows, "final_positions": $final_positions,
-  "processor_gap_warnings": $warns, "processor_records_rewound": $rewound,
-  "check": check,
-}
-json.dump(r, open(out + ".json", "w"), indent=2)
-lines = [f"# {r['run']}", "",
-  f"- verdict: **{r['verdict']}** ({'exactly the model' if r['verdict'] == 'PASS' else verify.splitlines()[-1] if verify else ''})",
-  f"- input: {r['messages']} records at {r['rate']}/s, seed {r['seed']}; model: {expected['new']} valid ids, {expected['duplicates']} duplicates, dead letters {expected['dead_letters']}",
-  f"- backup: {r['backup']}{' to ' + r['recovery_target_time'] if r['recovery_target_time'] else ''}",
-  f"- inbox rows: {r['rows_before_restore']} before the restore, {r['rows_after_restore']} after it (gap {r['gap_rows']}); final {r['final_rows']} (model {expected['new']})",
-  f"- lost: {check['lost_valid_ids']} valid ids ({'; '.join(check['lost_valid_where'])}); {check['lost_dead_letters']} dead letters",
-  f"- applied twice: {'YES' if check['applied_twice'] else 'no'} (balances differing from a replay of the inbox's own rows: {check['balances_differing_from_inbox_replay']})",
-  f"- processor: second run (--exit-on-eof) exit {r['second_run_exit']}; {r['processor_gap_warnings']} WARN lines about the database going back (records read again: {r['processor_records_rewound']})",
-  f"- binary: {r['binary']}; {r['postgres']}; {r['broker']}", ""]
-open(out + ".md", "w").write("\n".join(lines))
-print("\n".join(lines[2:]))
-PY
+readings=()
+[ -n "${target_time:-}" ] && readings+=(--recovery-target-time "$target_time")
+"$BENCH" recovery restore-report --out "$results_dir/$name" --expected "$work/expected.json" \
+  --verify-log "$work/verify.log" --check "$work/check.json" --processor-log "$work/processor.log" \
+  --run "$name" --seed "$seed" --messages "$messages" --rate "$rate" --binary "$BIN" \
+  --broker "$BROKER_KIND" --postgres "$("$PG_BIN/postgres" --version)" --verdict "$verdict" \
+  --backup "$kind" --backup-rows "$backup_rows" --backup-positions "$backup_positions" \
+  --rows-before-restore "$drained_rows" --rows-after-restore "$restored_rows" \
+  --positions-after-restore "$restored_positions" --second-run-exit "$second_rc" \
+  --final-rows "$final_rows" --final-positions "$final_positions" "${readings[@]}" ||
+  fail "writing the report"
 log "results: $results_dir/$name.json, .md"
 if [ "$verdict" = PASS ]; then status=0; else status=1; fi
 log "$verdict"

@@ -15,6 +15,7 @@
 #   BENCH_ROWS=N scripts/retention-bench.sh   another pre-fill size
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
 # Full mode: optimized (`cargo bench`). Quick mode: the test profile, no second build in CI.
 build=(cargo bench --bench retention_db --no-run --quiet)
@@ -27,7 +28,7 @@ fi
 
 pg_bin=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)}
 dir=$(mktemp -d /tmp/ret-bench-pg.XXXXXX)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 as_postgres=()
 if [ "$(id -u)" = 0 ]; then
   chown postgres:postgres "$dir"

@@ -248,7 +248,8 @@ stop_kafka() {
 }
 
 # kafka_group_lag_zero BROKERS GROUP: ConsumerGroupCommand --describe of GROUP; prints its table
-# and succeeds only when every partition has a committed offset and a lag of 0.
+# and succeeds only when every partition has a committed offset and a lag of 0
+# (`batch-inbox-bench kafka lag-zero`, which says so on stderr).
 kafka_group_lag_zero() {
   local out
   out=$(kafka_tool org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
@@ -257,45 +258,20 @@ kafka_group_lag_zero() {
     return 1
   }
   echo "$out" >&2
-  echo "$out" | python3 -c '
-import sys
-rows = [l.split() for l in sys.stdin if l.strip()]
-head = next((r for r in rows if "LAG" in r and "PARTITION" in r), None)
-if head is None:
-    sys.exit("no partition table in the ConsumerGroupCommand output")
-lag = head.index("LAG")
-body = [r for r in rows[rows.index(head) + 1:] if len(r) > lag]
-bad = [r for r in body if r[lag] != "0"]
-if not body or bad:
-    sys.exit("partitions with lag or without a committed offset: %d of %d" % (len(bad), len(body)))
-print("ConsumerGroupCommand: lag 0 on all %d partitions of group %s" % (len(body), sys.argv[1]), file=sys.stderr)
-' "$2"
+  echo "$out" | bench_tool kafka lag-zero --group "$2"
 }
 
 # kafka_isr_report DIR BROKERS: what the brokers of DIR say about replication, as one JSON
-# object: ISR changes from their own logs (an "ISR updated to" line with fewer replicas than the
-# cluster's nodes is a shrink, one back to all of them an expansion) and the partitions that
-# TopicCommand lists as under-replicated now.
+# object (`batch-inbox-bench kafka isr`): ISR changes from their own logs (an "ISR updated to"
+# line with fewer replicas than the cluster's nodes is a shrink, one back to all of them an
+# expansion) and the partitions that TopicCommand lists as under-replicated now.
 kafka_isr_report() {
   local dir=$1 brokers=$2 nodes under
   nodes=$(cat "$dir/nodes")
   under=$(kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$brokers" \
     --describe --under-replicated-partitions 2>/dev/null | grep -c "Partition:" || true)
-  cat "$dir"/node-*/broker.log* 2>/dev/null | python3 -c '
-import json, re, sys
-nodes, under = int(sys.argv[1]), int(sys.argv[2])
-shrinks = expands = 0
-for line in sys.stdin:
-    m = re.search(r"ISR updated to ([0-9,]+)", line)
-    if m:
-        n = len(m.group(1).split(","))
-        if n < nodes:
-            shrinks += 1
-        else:
-            expands += 1
-print(json.dumps({"nodes": nodes, "isr_shrinks": shrinks, "isr_expansions": expands,
-                  "under_replicated_partitions_at_end": under}))
-' "$nodes" "$under"
+  cat "$dir"/node-*/broker.log* 2>/dev/null |
+    bench_tool kafka isr --nodes "$nodes" --under-replicated "$under"
 }
 
 # _kafka_ca DIR NAME: a self-signed certificate authority, DIR/NAME.crt and DIR/NAME.key.

@@ -115,10 +115,7 @@ log "producing $MESSAGES records (10% duplicates, no bad input) to $topic ($PART
 $bench produce --brokers "$KAFKA_BROKERS" --topic "$topic" --partitions "$PARTITIONS" \
   --messages "$MESSAGES" --accounts "$ACCOUNTS" --duplicate-ratio 0.1 --bad-ratio 0 \
   --seed "$SEED" --envelope connect-json --expect "$work/expect.json" >&2
-read -r new dups keys sum_accounts < <(python3 -c '
-import json, sys
-e = json.load(open(sys.argv[1]))
-print(e["new"], e["duplicates"], len(e["last_new"]), len(e["sums"]))' "$work/expect.json")
+read -r new dups keys sum_accounts < <($bench peers model --expect "$work/expect.json")
 log "model: $new new records, $dups duplicates, $keys customers, $sum_accounts accounts with a sum"
 # Our ledger reads the entry itself, not a Connect envelope: the same entries (same seed: the
 # same accounts, amounts and duplicates; the ids are drawn anew) once more without it, to a topic
@@ -128,22 +125,11 @@ if [[ " $WORK " == *" additive "* ]]; then
   $bench produce --brokers "$KAFKA_BROKERS" --topic "$topic-bare" --partitions "$PARTITIONS" \
     --messages "$MESSAGES" --accounts "$ACCOUNTS" --duplicate-ratio 0.1 --bad-ratio 0 \
     --seed "$SEED" --envelope bare --expect "$work/expect-bare.json" >&2
-  python3 -c '
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:])
-same = ("records", "new", "duplicates", "dead_letters", "balances", "sums")
-sys.exit(0 if all(a[k] == b[k] for k in same) else "the bare topic'"'"'s model differs from the envelope topic'"'"'s")' \
-    "$work/expect.json" "$work/expect-bare.json"
+  $bench peers same-model "$work/expect.json" "$work/expect-bare.json"
 fi
 
 # model_rows FIELD: the model's map FIELD of expect.json as tab-separated key and value lines.
-model_rows() {
-  python3 -c '
-import json, sys
-e = json.load(open(sys.argv[1]))
-for k, v in e[sys.argv[2]].items():
-    print(f"{k}\t{v}")' "$work/expect.json" "$1"
-}
+model_rows() { $bench peers model-rows --expect "$work/expect.json" "$1"; }
 
 # fresh_db WORK NAME: the database of one run, with the work's tables and the model's expected
 # state. upsert: customer_entries, its trigger, expected_last_new and expected_last_sent
@@ -268,13 +254,13 @@ wait_peer() {
   done
 }
 
-# record WORK LABEL SINK CPU_JSON FACTS [NOTE]: one result row (`batch-inbox-bench peers-row`):
+# record WORK LABEL SINK CPU_JSON FACTS [NOTE]: one result row (`batch-inbox-bench peers row`):
 # msgs/s and CPU per 1000 records from CPU_JSON (the run's `cpu stop` or `cpu run` figures; the
 # sink's are process_cpu_s), or "" for a kill run (not measured).
 record() {
   local figures=()
   [ -n "$4" ] && figures=(--cpu "$4")
-  $bench peers-row --rows "$work/rows.jsonl" --records "$MESSAGES" --work "$1" --label "$2" \
+  $bench peers row --rows "$work/rows.jsonl" --records "$MESSAGES" --work "$1" --label "$2" \
     --sink "$3" "${figures[@]}" --state "$5" --note "${6:-}"
 }
 
@@ -356,10 +342,8 @@ check_ours() {
     return
   fi
   local right accounts error
-  read -r right accounts error < <(facts additive "$db" ours | python3 -c '
-import json, sys
-f = json.load(sys.stdin)
-print(f["accounts_right"], f["accounts"], f["abs_error"])')
+  read -r right accounts error < <(facts additive "$db" ours |
+    $bench json get - accounts_right accounts abs_error)
   if [ "$right" != "$sum_accounts" ] || [ "$accounts" != "$sum_accounts" ] || [ "$error" != 0 ] ||
     [ "$inbox" != "$new" ] || [ "$letters" != 0 ]; then
     log "batch-inbox (additive): $right of $accounts accounts as the model ($sum_accounts in the" \
@@ -510,5 +494,6 @@ for w in $WORK; do
   fi
 done
 
-python3 scripts/peers/table.py "$work/rows.jsonl" "$work/expect.json" "$OUT" "$broker_kind" \
-  "$MESSAGES" "$PARTITIONS" "$ACCOUNTS" "$FLUSH_MS"
+$bench peers table --rows "$work/rows.jsonl" --expect "$work/expect.json" --out "$OUT" \
+  --broker "$broker_kind" --messages "$MESSAGES" --partitions "$PARTITIONS" \
+  --accounts "$ACCOUNTS" --flush-ms "$FLUSH_MS"

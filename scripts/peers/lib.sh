@@ -135,17 +135,10 @@ start_outbox_source() {
 }
 
 # peer_committed BROKERS GROUP: the sum of the group's committed offsets (records it has
-# committed as applied), from Kafka's ConsumerGroupCommand.
+# committed as applied), from Kafka's ConsumerGroupCommand (`batch-inbox-bench kafka committed`).
 peer_committed() {
   kafka_tool org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
-    --bootstrap-server "$1" --describe --group "$2" 2>/dev/null | python3 -c '
-import sys
-rows = [l.split() for l in sys.stdin if l.strip()]
-head = next((r for r in rows if "CURRENT-OFFSET" in r), None)
-if head is None:
-    print(0); sys.exit()
-i = head.index("CURRENT-OFFSET")
-print(sum(int(r[i]) for r in rows[rows.index(head) + 1:] if len(r) > i and r[i].isdigit()))'
+    --bootstrap-server "$1" --describe --group "$2" 2>/dev/null | bench_tool kafka committed
 }
 
 stop_peer() {

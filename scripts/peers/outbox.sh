@@ -33,7 +33,7 @@ PARTITIONS=${PARTITIONS:-4}
 FLUSH_MS=${FLUSH_MS:-5000}
 OUT=${OUT:-results/peers}
 PREFIX=${TEST_DATABASE_PREFIX:-bi_}
-bin=./target/release/batch-inbox
+bin=./target/release/batch-inbox bench=./target/release/batch-inbox-bench
 stamp=$(date +%s)
 work=$(mktemp -d /tmp/peers-outbox.XXXXXX)
 chmod 755 "$work" # service A's cluster runs as user postgres below it
@@ -42,8 +42,8 @@ started=$SECONDS
 
 ensure_postgres
 ensure_outbox_source
-log "building the release binary"
-cargo build --release -q -p batch-inbox --bins
+log "building the release binaries"
+cargo build --release -q -p batch-inbox -p batch-inbox-tools --bins
 
 a_dir=$work/service-a
 a_port=$(free_port)
@@ -243,7 +243,7 @@ proc_pid=""
 
 # The records in the topics: the sum of their partitions' end offsets.
 published=$(kafka_tool org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$KAFKA_BROKERS" \
-  --topic "$prefix\\..*" | awk -F: '{ s += $NF } END { print s + 0 }')
+  --topic "$prefix\\..*" | $bench kafka end-offsets)
 
 # B against A, row by row: A's committed events copied into B as the expectation.
 psql_b -v ON_ERROR_STOP=1 -c "CREATE TABLE expected_events (id uuid PRIMARY KEY,
@@ -262,17 +262,14 @@ read -r b_rows b_distinct missing unexpected differing inbox dead < <(psql_b -F 
                  IS DISTINCT FROM (x.aggregatetype, x.aggregateid, x.type, x.payload)),
          (SELECT count(*) FROM inbox),
          (SELECT count(*) FROM dead_letters)")
-duplicates=$((published - inbox))
 
 # A new group over the same topics: every record a duplicate, nothing applied.
 replay_stats=$work/replay-stats.json
 env DATABASE_URL="$b_url" RUST_LOG=warn "$bin" run --brokers "$KAFKA_BROKERS" --topic "$topics" \
   --group "replay-$stamp" --handler sql --apply-sql examples/sql/outbox_events.sql --id-header id \
   --exit-on-eof --stats-file "$replay_stats" >>"$work/processor.log" 2>&1
-read -r replay_records replay_new replay_dups < <(python3 -c '
-import json, sys
-s = json.load(open(sys.argv[1]))["stats"]
-print(s["records"], s["new"], s["duplicates"])' "$replay_stats")
+read -r replay_records replay_new replay_dups < <($bench json get "$replay_stats" \
+  stats.records stats.new stats.duplicates)
 b_after=$(psql_b -c "SELECT count(*) FROM received_events")
 
 failures=()
@@ -292,55 +289,15 @@ failures=()
   failures+=("the schedule killed Connect $kills_connect times and the processor $kills_processor (take more ROUNDS or another SEED)")
 
 mkdir -p "$OUT"
-python3 - "$OUT" "$SEED" "$ROUNDS" "$FLUSH_MS" "$PARTITIONS" "$events" "$transactions" \
-  "$published" "$duplicates" "$b_rows" "$inbox" "$dead" "$replay_dups" "$kills_connect" \
-  "$kills_processor" "$runs" "$((SECONDS - started))" "${#failures[@]}" "$OUTBOX_CONNECT_VERSION" \
-  "$OUTBOX_DEBEZIUM_VERSION" "${BROKER_KIND:-the broker of KAFKA_BROKERS}" "${schedule[*]}" <<'PY'
-import json, os, platform, sys, time
-(out, seed, rounds, flush_ms, partitions, events, transactions, published, duplicates, b_rows,
- inbox, dead, replay_dups, kills_connect, kills_processor, runs, wall_s, failures, kafka,
- debezium, broker, schedule) = sys.argv[1:]
-n = lambda v: int(v)
-row = {
-    "seed": n(seed), "rounds": n(rounds), "offset_flush_interval_ms": n(flush_ms),
-    "partitions_per_topic": n(partitions), "events_committed_in_a": n(events),
-    "writer_transactions": n(transactions), "rolled_back_transactions": n(transactions) // 9,
-    "records_published": n(published), "duplicates_published_and_skipped": n(duplicates),
-    "rows_in_b": n(b_rows), "inbox_rows": n(inbox), "dead_letters": n(dead),
-    "new_group_duplicates": n(replay_dups), "kills": {"connect": n(kills_connect),
-    "processor": n(kills_processor)}, "processor_starts": n(runs),
-    "schedule": [dict(zip(("after_s", "killed", "down_s"), s.split(":"))) for s in schedule.split()],
-    "wall_s": n(wall_s), "passed": failures == "0",
-    "connect": f"Kafka Connect {kafka}, Debezium PostgreSQL connector {debezium}", "broker": broker,
-    "machine": {"cores": os.cpu_count(), "kernel": platform.release()},
-    "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-}
-json.dump(row, open(os.path.join(out, "outbox.json"), "w"), indent=1)
-md = f"""# Outbox → inbox through Debezium, with kills
-
-Written by `scripts/peers/outbox.sh` on {row['at']}: {row['machine']['cores']} cores; {broker}; {row['connect']} with its outbox event router; batch-inbox's SQL handler (`examples/sql/outbox_events.sql`, `--id-header id`).
-
-Service A (a PostgreSQL cluster of its own, `wal_level=logical`) wrote events to its `outbox` table in transactions of 1 to 20 events, every ninth transaction rolled back, while Kafka Connect and the processor were killed with SIGKILL {rounds} times (seed {seed}: Connect {kills_connect} times, the processor {kills_processor} times) and started again. Connect's `offset.flush.interval.ms` was {flush_ms}.
-
-| | |
-| --- | ---: |
-| events committed in A | {n(events):,} |
-| transactions (rolled back) | {n(transactions):,} ({n(transactions) // 9:,}) |
-| records Debezium published | {n(published):,} |
-| of which duplicates re-published after its restarts, skipped by the inbox | {n(duplicates):,} |
-| rows in B (each event once, equal to A's row) | {n(b_rows):,} |
-| inbox rows | {n(inbox):,} |
-| dead letters | {n(dead)} |
-| a new group's run: records counted as duplicates | {n(replay_dups):,} |
-| processor starts | {n(runs)} |
-| wall time | {n(wall_s)} s |
-| check | {'passed' if failures == '0' else 'FAILED'} |
-
-The check: B's rows equal A's committed events one for one (id, aggregate type and id, event type, payload as `jsonb`), none applied twice, none of the rolled-back ones; the inbox holds one row per event; every record in the topics is an applied event or a skipped duplicate; a new consumer group over the same topics applies nothing.
-"""
-open(os.path.join(out, "outbox.md"), "w").write(md)
-print(json.dumps(row))
-PY
+$bench peers outbox-report --out "$OUT" --seed "$SEED" --rounds "$ROUNDS" --flush-ms "$FLUSH_MS" \
+  --partitions "$PARTITIONS" --events "$events" --transactions "$transactions" \
+  --published "$published" --b-rows "$b_rows" --inbox "$inbox" --dead-letters "$dead" \
+  --replay-duplicates "$replay_dups" --kills-connect "$kills_connect" \
+  --kills-processor "$kills_processor" --processor-starts "$runs" \
+  --wall-s "$((SECONDS - started))" --failures "${#failures[@]}" \
+  --connect-version "$OUTBOX_CONNECT_VERSION" --debezium-version "$OUTBOX_DEBEZIUM_VERSION" \
+  --broker "${BROKER_KIND:-the broker of KAFKA_BROKERS}" --schedule "${schedule[*]}"
+duplicates=$($bench json get "$OUT/outbox.json" duplicates_published_and_skipped)
 
 if [ "${#failures[@]}" != 0 ]; then
   printf 'outbox → inbox check FAILED: %s\n' "${failures[@]}" >&2

@@ -7,7 +7,8 @@
 //! valid distinct ids; dead letters by reason equal the model; the group's committed offsets
 //! never move backwards; every partition is committed to its end; and the faults hit (kills,
 //! pauses, database restarts, partition moves, retries and replays all above zero). The verdict
-//! and the numbers go to `results/chaos-<timestamp>-seed<seed>-<pid>.json`.
+//! and the numbers go to `results/chaos-<timestamp>-seed<seed>-<pid>.json`; [`summary`] makes
+//! one table of a directory of them.
 
 pub mod checker;
 pub mod members;
@@ -15,9 +16,30 @@ pub mod nemesis;
 pub mod offsets;
 mod plan;
 pub mod report;
+pub mod summary;
 pub mod topic;
 
 pub use plan::{ChaosArgs, ChaosError};
+
+/// `chaos`: a run (its flags), or `chaos summary DIR`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct ChaosCli {
+    #[command(subcommand)]
+    #[allow(missing_docs)]
+    pub command: Option<ChaosCommand>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub run: Option<ChaosArgs>,
+}
+
+/// `chaos` subcommands.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ChaosCommand {
+    /// Print the Markdown table of every chaos run report (chaos-*.json) in a directory, with
+    /// the brokers' replication account (isr-chaos-*.json) and the totals.
+    Summary(summary::SummaryArgs),
+}
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -35,8 +35,9 @@ pub enum Command {
     Summary(SummaryArgs),
     /// The database ceiling: binary COPY of an inbox's ids into an empty inbox-shaped table.
     CopyCeiling(CopyCeilingArgs),
-    /// Fault injection under load (processes, database restarts, rebalances), then invariants.
-    Chaos(crate::chaos::ChaosArgs),
+    /// Fault injection under load (processes, database restarts, rebalances), then invariants;
+    /// `chaos summary DIR`: the table of a directory's chaos runs.
+    Chaos(crate::chaos::ChaosCli),
     /// The database-only ceiling: the load test's batches, the product's statements and handler,
     /// driven from memory against PostgreSQL with no Kafka.
     Replay(crate::replay::Args),
@@ -45,10 +46,31 @@ pub enum Command {
     /// CPU seconds of a run from /proc: a process, the broker, PostgreSQL, the machine
     /// (`cpu start`, `cpu stop`, or `cpu run -- COMMAND`).
     Cpu(crate::cpu::sample::CpuArgs),
-    /// Append one result row of scripts/peers/compare.sh (rate and CPU per 1000 records).
-    PeersRow(crate::peers::RowArgs),
+    /// The comparison with the peers (scripts/peers/): result rows, the model's counts and
+    /// rows, the results' tables.
+    Peers(crate::peers::PeersArgs),
     /// Print the largest msgs/s (whole number) among the run reports of a prefix.
     BestRate(BestRateArgs),
+    /// Write the load test's machine.json: the machine, the PostgreSQL server (with
+    /// pg_test_fsync's fdatasync rate) and the run's parameters.
+    Machine(crate::machine::MachineArgs),
+    /// A load-test run's report: `report merge-acks` adds the producer's acknowledgement
+    /// latencies.
+    Report(crate::report::ReportArgs),
+    /// The database going back in time (scripts/failover.sh, scripts/restore.sh): the
+    /// record-by-record check and the runs' reports.
+    Recovery(crate::recovery::RecoveryArgs),
+    /// Read Apache Kafka's tools' output or its brokers' logs on stdin: lag 0, committed and end
+    /// offsets, ISR changes.
+    Kafka(crate::kafka_output::KafkaArgs),
+    /// scripts/replay-compare.sh: collect replay runs with their round, and their table.
+    ReplayCompare(crate::replay_compare::ReplayCompareArgs),
+    /// The table of scripts/group-protocol-compare.sh (README.md).
+    GroupProtocolReport(crate::group_protocol::GroupProtocolArgs),
+    /// The processor's log lines of a broker outage, counted (scripts/outage-lines.sh).
+    OutageLines(crate::outage_lines::OutageLinesArgs),
+    /// Read values out of a JSON document (`json get FILE PATH…`).
+    Json(crate::json_get::JsonArgs),
 }
 
 /// `best-rate` flags.

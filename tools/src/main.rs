@@ -29,12 +29,28 @@ async fn main() -> std::process::ExitCode {
             .map(|files| files.iter().for_each(|f| println!("wrote {}", f.display())))
             .map_err(Into::into),
         Command::CopyCeiling(args) => copy_ceiling(args).await,
-        Command::Chaos(args) => return chaos(args).await,
+        Command::Chaos(cli) => match (cli.command, cli.run) {
+            (Some(batch_inbox_tools::chaos::ChaosCommand::Summary(a)), _) => {
+                batch_inbox_tools::chaos::summary::of_dir(&a.dir).map(|md| print!("{md}"))
+            }
+            (None, Some(args)) => return chaos(args).await,
+            (None, None) => Err(anyhow::anyhow!(
+                "chaos: give the run's flags (see chaos --help) or `chaos summary DIR`"
+            )),
+        },
         Command::Replay(args) => batch_inbox_tools::replay::replay(args).await,
         Command::DelayProxy(args) => batch_inbox_tools::delay_proxy::serve(args).await,
         Command::Cpu(args) => batch_inbox_tools::cpu::sample::run(args),
-        Command::PeersRow(args) => batch_inbox_tools::peers::append(&args),
+        Command::Peers(args) => batch_inbox_tools::peers::run(args).await,
         Command::BestRate(args) => best_rate(&args),
+        Command::Machine(args) => batch_inbox_tools::machine::run(&args).await,
+        Command::Report(args) => batch_inbox_tools::report::run(&args),
+        Command::Recovery(args) => batch_inbox_tools::recovery::run(args).await,
+        Command::Kafka(args) => batch_inbox_tools::kafka_output::run(&args),
+        Command::ReplayCompare(args) => batch_inbox_tools::replay_compare::run(&args),
+        Command::GroupProtocolReport(args) => batch_inbox_tools::group_protocol::run(&args),
+        Command::OutageLines(args) => batch_inbox_tools::outage_lines::run(&args),
+        Command::Json(args) => batch_inbox_tools::json_get::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
