@@ -171,27 +171,34 @@ async fn a_partition_without_a_position_of_a_known_topic_starts_at_its_beginning
     assert_eq!(db_offsets(&pool, "g", 2).await, vec![5, 7]);
 }
 
+/// A running member of group `g` on a one-partition topic of its own (database and topic named
+/// after `name`): records `0..backed_up` applied, the database backed up ([`backup`]), then
+/// records up to `applied` applied. The caller restores the backup under the member.
+async fn applied_after_a_backup(name: &str, backed_up: u32, applied: u32) -> (Pool, Kafka, Member) {
+    let (_url, pool) = fresh_db(name).await;
+    let kafka = Kafka::new(&name.replace('_', "-"), 1);
+    let mut cfg = config(kafka.settings("g"), Mode::Batched, 4);
+    cfg.exit_on_eof = false;
+    let member = Member::start(cfg, &pool);
+    for (from, to) in [(0, backed_up), (backed_up, applied)] {
+        send(&kafka, 0, 1, from, to).await;
+        wait_for(&format!("{to} applied"), 60, || async {
+            db_offsets(&pool, "g", 1).await == vec![i64::from(to)]
+        })
+        .await;
+        if from == 0 {
+            backup(&pool).await;
+        }
+    }
+    (pool, kafka, member)
+}
+
 /// A member that keeps running while its database goes back in time: the next batch's offset
 /// write finds another position than the one it committed, rolls back, and the partition moves
 /// to the database's position.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_member_notices_the_database_going_back_at_its_next_batch() {
-    let (_url, pool) = fresh_db("positions_running").await;
-    let kafka = Kafka::new("positions-running", 1);
-    let mut cfg = config(kafka.settings("g"), Mode::Batched, 4);
-    cfg.exit_on_eof = false;
-    let member = Member::start(cfg, &pool);
-    send(&kafka, 0, 1, 0, 10).await;
-    wait_for("10 applied", 60, || async {
-        db_offsets(&pool, "g", 1).await == vec![10]
-    })
-    .await;
-    backup(&pool).await;
-    send(&kafka, 0, 1, 10, 20).await;
-    wait_for("20 applied", 60, || async {
-        db_offsets(&pool, "g", 1).await == vec![20]
-    })
-    .await;
+    let (pool, kafka, member) = applied_after_a_backup("positions_running", 10, 20).await;
 
     restore(&pool).await;
     send(&kafka, 0, 1, 20, 25).await;
@@ -219,22 +226,7 @@ async fn a_running_member_notices_the_database_going_back_at_its_next_batch() {
 /// position with the database's and reads the lost records again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_member_notices_the_database_going_back() {
-    let (_url, pool) = fresh_db("positions_idle").await;
-    let kafka = Kafka::new("positions-idle", 1);
-    let mut cfg = config(kafka.settings("g"), Mode::Batched, 4);
-    cfg.exit_on_eof = false;
-    let member = Member::start(cfg, &pool);
-    send(&kafka, 0, 1, 0, 6).await;
-    wait_for("6 applied", 60, || async {
-        db_offsets(&pool, "g", 1).await == vec![6]
-    })
-    .await;
-    backup(&pool).await;
-    send(&kafka, 0, 1, 6, 15).await;
-    wait_for("15 applied", 60, || async {
-        db_offsets(&pool, "g", 1).await == vec![15]
-    })
-    .await;
+    let (pool, _kafka, member) = applied_after_a_backup("positions_idle", 6, 15).await;
 
     restore(&pool).await;
     assert_eq!(inbox_rows(&pool).await, 6);
