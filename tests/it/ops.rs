@@ -59,16 +59,7 @@ async fn metrics_are_served_during_a_run_and_agree_with_the_database() {
 
     let stats = Arc::new(Stats::default());
     let stop = CancellationToken::new();
-    let any_port = "127.0.0.1:0".parse().unwrap();
-    let addr = batch_inbox::internals::exporter::start(
-        any_port,
-        &url,
-        pool.clone(),
-        stats.clone(),
-        stop.clone(),
-    )
-    .await
-    .unwrap();
+    let addr = common::listener(&url, &pool, &stats, &stop).await;
     let mut settings = kafka.settings("ops-metrics");
     settings
         .overrides

@@ -342,15 +342,7 @@ async fn the_poison_rate_breaker_stalls_instead_of_dead_lettering_the_stream() {
     });
     let stats = Arc::new(Stats::default());
     let stop = CancellationToken::new();
-    let metrics = batch_inbox::internals::exporter::start(
-        "127.0.0.1:0".parse().unwrap(),
-        &url,
-        pool.clone(),
-        stats.clone(),
-        stop.clone(),
-    )
-    .await
-    .unwrap();
+    let metrics = common::listener(&url, &pool, &stats, &stop).await;
     let stalled = |value: u8| async move {
         let (status, body) = http::get(metrics, "/metrics").await;
         assert_eq!(status, 200, "{body}");

@@ -380,16 +380,7 @@ async fn records_deleted_before_the_database_position_stall_the_partition_until_
 
     let stats = Arc::new(batch_inbox::Stats::default());
     let stop = tokio_util::sync::CancellationToken::new();
-    let any_port = "127.0.0.1:0".parse().unwrap();
-    let addr = batch_inbox::internals::exporter::start(
-        any_port,
-        &url,
-        pool.clone(),
-        stats.clone(),
-        stop.clone(),
-    )
-    .await
-    .unwrap();
+    let addr = common::listener(&url, &pool, &stats, &stop).await;
     let mut cfg = config(settings(), Mode::Batched, 4);
     cfg.exit_on_eof = false;
     let run = tokio::spawn(batch_inbox::run_with_stats(

@@ -40,16 +40,7 @@ async fn readyz_flips_when_postgres_stops_and_starts() {
 
     let stats = Arc::new(Stats::default());
     let stop = CancellationToken::new();
-    let any_port = "127.0.0.1:0".parse().unwrap();
-    let addr = batch_inbox::internals::exporter::start(
-        any_port,
-        &url,
-        pool.clone(),
-        stats.clone(),
-        stop.clone(),
-    )
-    .await
-    .unwrap();
+    let addr = common::listener(&url, &pool, &stats, &stop).await;
     // Before the processor joins the group: the database answers, but no partition is assigned.
     assert_eq!(
         http::get(addr, "/readyz").await,

@@ -376,3 +376,23 @@ pub fn worker_settings(mode: Mode, max_items: usize, max_bytes: usize) -> Worker
     settings.max_poison_rate = None;
     settings
 }
+
+/// The processor's HTTP listener (`/metrics`, `/healthz`, `/readyz`) on a free port of
+/// 127.0.0.1, reading `stats` and the database at `url`, until `stop`; returns its address.
+pub async fn listener(
+    url: &str,
+    pool: &Pool,
+    stats: &Arc<batch_inbox::Stats>,
+    stop: &tokio_util::sync::CancellationToken,
+) -> SocketAddr {
+    let any_port = "127.0.0.1:0".parse().unwrap();
+    batch_inbox::internals::exporter::start(
+        any_port,
+        url,
+        pool.clone(),
+        stats.clone(),
+        stop.clone(),
+    )
+    .await
+    .unwrap()
+}
