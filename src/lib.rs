@@ -86,6 +86,11 @@
 //!   can use `?` on its statements and the inbox can classify them by SQLSTATE;
 //! - `rdkafka::ClientConfig` (0.39): [`KafkaSettings::client_config`], the librdkafka
 //!   configuration the processor creates its consumer from, for a caller that checks it.
+//! - `rdkafka::error::KafkaError` (0.39): the cause [`RunError::Kafka`] carries;
+//! - `deadpool_postgres::PoolError` (0.14): the cause of the pool variants of the errors
+//!   ([`ServiceError::Pool`], [`retention::RetentionError::Pool`]);
+//! - `tokio_util::sync::CancellationToken` (0.7): how a caller stops [`retention::maintain`]
+//!   and a [`retention::cleanup`] in progress.
 //!
 //! ## Layout
 //!

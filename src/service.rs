@@ -101,6 +101,7 @@ impl ServiceConfig {
 
 /// Why a service did not start, or stopped with an error. Each shows the cause's own message.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServiceError {
     /// The database refused or failed a start-up step.
     #[error(transparent)]

@@ -127,6 +127,7 @@ impl std::fmt::Display for RedriveReport {
 
 /// Why a redrive or a listing stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RedriveError {
     /// A batch failed for a reason that is not a message's (or transiently, beyond the
     /// retries); it was rolled back, and the batches before it stay committed.

@@ -31,6 +31,7 @@ use partition::{DdlOutcome, DEFAULT_PARTITION};
 
 /// Failure of a retention step.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RetentionError {
     /// No connection could be had from the pool.
     #[error("database pool: {}", crate::one_line::pool_line(.0))]

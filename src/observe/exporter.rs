@@ -174,6 +174,7 @@ async fn ready(State(state): State<Arc<OpsState>>) -> (StatusCode, String) {
 
 /// Why the listener could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExporterError {
     /// The address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]

@@ -206,6 +206,15 @@ impl Stats {
         self.telemetry.stalls.reason()
     }
 
+    /// The processor's metrics as `/metrics` serves them (the OpenMetrics text format,
+    /// `application/openmetrics-text; version=1.0.0`), for a service that runs [`crate::run`]
+    /// and serves them from its own HTTP server; the pool's gauges are the listener's, and stay
+    /// at their last values here. With [`Stats::stall_reason`] and
+    /// [`Stats::assigned_partitions`] it has what `/readyz` answers from.
+    pub fn openmetrics(&self) -> String {
+        self.telemetry.encode()
+    }
+
     /// Reads every counter.
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
