@@ -98,7 +98,11 @@ pub async fn run_with_stats<H: Handler>(
     stats: Arc<Stats>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
-    let workers = Workers::new(&config, pool.clone(), handler, stats.clone());
+    // Refused settings end the run before anything else is set up.
+    config.kafka.check(config.offsets_in_db)?;
+    // Positions in the database are the consumer group's: Kafka's group id.
+    let positions = config.offsets_in_db.then_some(config.kafka.group.as_str());
+    let workers = Workers::new(&config, positions, pool.clone(), handler, stats.clone());
     let source = KafkaSource {
         settings: config.kafka,
         revoke_timeout: config.revoke_timeout,
@@ -118,8 +122,16 @@ struct Workers<H: Handler> {
 }
 
 impl<H: Handler> Workers<H> {
-    /// The pipeline of `config` over `pool` with `handler`, counting into `stats`.
-    fn new(config: &ProcessorConfig, pool: Pool, handler: Arc<H>, stats: Arc<Stats>) -> Arc<Self> {
+    /// The pipeline of `config` over `pool` with `handler`, counting into `stats`; each batch's
+    /// transaction stores the partition's position under `positions` (the source's name for the
+    /// reader: Kafka's group id), when given.
+    fn new(
+        config: &ProcessorConfig,
+        positions: Option<&str>,
+        pool: Pool,
+        handler: Arc<H>,
+        stats: Arc<Stats>,
+    ) -> Arc<Self> {
         config.worker.unsafe_controls.warn();
         stats.telemetry.declare_reasons(H::REJECTIONS);
         stats
@@ -128,7 +140,7 @@ impl<H: Handler> Workers<H> {
         let inbox = Inbox::new(pool, handler, config.decoding.ids.header.as_str())
             .with_decoding(config.decoding.clone())
             .with_unsafe_controls(config.worker.unsafe_controls)
-            .with_offsets_in_db(config.offsets_in_db.then_some(config.kafka.group.as_str()))
+            .with_offsets_in_db(positions)
             .with_dedup_window(config.dedup_window)
             .with_statement_timeout(config.statement_timeout);
         Arc::new(Self {

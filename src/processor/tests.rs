@@ -38,13 +38,31 @@ async fn fresh_db(name: &str) -> Pool {
     pool
 }
 
-/// Every acknowledgement, in order, by partition.
-#[derive(Default)]
-struct Acks(Mutex<Vec<(i32, i64)>>);
+/// Every acknowledgement, in order, by partition, each compared with the database's position
+/// at the moment it is made.
+struct Acks {
+    pool: Pool,
+    made: Mutex<Vec<(i32, i64)>>,
+    /// Acknowledgements of a position the database did not hold yet: there must be none.
+    before_commit: Mutex<Vec<(i32, i64, Option<i64>)>>,
+}
 
 impl OffsetSink for Acks {
-    fn store(&self, _topic: &str, partition: i32, next_offset: i64) -> Result<(), String> {
-        self.0
+    fn store(&self, topic: &str, partition: i32, next_offset: i64) -> Result<(), String> {
+        let stored: Option<i64> = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                let c = self.pool.get().await.expect("a connection");
+                let sql = "SELECT next_offset FROM consumer_offsets \
+                           WHERE group_id = 'memory' AND topic = $1 AND partition = $2";
+                let row = c.query_opt(sql, &[&topic, &partition]).await;
+                row.expect("read").map(|r| r.get(0))
+            })
+        });
+        if stored.is_none_or(|db| db < next_offset) {
+            let mut early = self.before_commit.lock().expect("not poisoned");
+            early.push((partition, next_offset, stored));
+        }
+        self.made
             .lock()
             .expect("not poisoned")
             .push((partition, next_offset));
@@ -121,7 +139,11 @@ async fn a_source_that_is_not_kafka_runs_the_pipeline_unchanged() {
         .map(|o| record(1, o, 91 + o as u128, 2, 5))
         .collect();
     p1.push(record(1, 40, 1, 1, 10));
-    let acks = Arc::new(Acks::default());
+    let acks = Arc::new(Acks {
+        pool: pool.clone(),
+        made: Mutex::default(),
+        before_commit: Mutex::default(),
+    });
     let source = Memory {
         topic: Arc::from("memory"),
         partitions: vec![p0, p1],
@@ -130,7 +152,13 @@ async fn a_source_that_is_not_kafka_runs_the_pipeline_unchanged() {
     let mut config = ProcessorConfig::new(KafkaSettings::new("unused", "memory", "memory"));
     config.worker.batcher.max_items = 8.try_into().expect("non-zero");
     let stats = Arc::new(Stats::default());
-    let workers = Workers::new(&config, pool.clone(), Arc::new(Ledger), stats.clone());
+    let workers = Workers::new(
+        &config,
+        Some("memory"),
+        pool.clone(),
+        Arc::new(Ledger),
+        stats.clone(),
+    );
     source
         .run(workers, std::future::pending())
         .await
@@ -162,8 +190,15 @@ async fn a_source_that_is_not_kafka_runs_the_pipeline_unchanged() {
     let positions: Vec<(i32, i64)> = positions.iter().map(|r| (r.get(0), r.get(1))).collect();
     assert_eq!(positions, [(0, 51), (1, 41)]);
 
-    // Acknowledged per partition in order, up to the position after its last record.
-    let acks = acks.0.lock().expect("not poisoned").clone();
+    // Acknowledged per partition in order, up to the position after its last record, and each
+    // only once the database held it.
+    let early = acks.before_commit.lock().expect("not poisoned").clone();
+    assert_eq!(
+        early,
+        [],
+        "acknowledged before the COMMIT: (partition, position, database's)"
+    );
+    let acks = acks.made.lock().expect("not poisoned").clone();
     for (partition, last) in [(0, 51), (1, 41)] {
         let mine: Vec<i64> = acks
             .iter()
@@ -177,4 +212,11 @@ async fn a_source_that_is_not_kafka_runs_the_pipeline_unchanged() {
     assert_eq!(snapshot.records, 82);
     assert_eq!(snapshot.new, 80);
     assert_eq!(snapshot.duplicates, 2);
+    // What /metrics serves, for a service with an HTTP server of its own.
+    let metrics = stats.openmetrics();
+    let new = metrics
+        .lines()
+        .find(|l| l.starts_with("batch_inbox_messages_new_total"))
+        .unwrap_or_else(|| panic!("no messages_new in {metrics}"));
+    assert!(new.ends_with(" 80"), "{new}");
 }

@@ -24,7 +24,8 @@ use crate::source::{positions, OffsetSink, Partitions, Source};
 use consumer::{queue_input, GroupMember, KafkaConsumer, KafkaSettings, Spawner, WorkerHandle};
 use drain::{DrainWatch, StoredPositions};
 
-/// A Kafka consumer group member as a [`Source`].
+/// A Kafka consumer group member as a [`Source`]. Its settings were checked
+/// ([`KafkaSettings::check`]) before it is built.
 pub(crate) struct KafkaSource {
     /// The client's settings (brokers, topics, group, librdkafka properties).
     pub settings: KafkaSettings,
@@ -55,7 +56,6 @@ impl Source for KafkaSource {
             pool,
             stats,
         } = self;
-        settings.check(offsets_in_db)?;
         let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
         let on_assign = offsets_in_db.then(|| {
             let group = Arc::from(settings.group.as_str());
