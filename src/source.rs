@@ -7,55 +7,85 @@
 //! [`Input`]s, and gets back, through its own [`OffsetSink`], the position after the last record
 //! of every batch that committed. When it takes a partition away (a revoke, a closed channel,
 //! shutdown) it cancels the run's `stop` and waits for it: the run commits what it read first.
-//! Everything broker-specific sits behind this seam (`kafka`: the group member, assignment,
-//! positions in Kafka and in the database, topic ids, `--exit-on-eof`, the start-up probe); the
-//! batcher, the decoder, the inbox transaction, the handler and the dead letters do not change
-//! from one source to another.
+//! A source may give up waiting (Kafka's revoke after `--revoke-timeout`) and drop the run in the
+//! middle of a COMMIT: that batch's outcome is then unknown, and the partition's next run starts
+//! from the database's position, which says. It starts no new run of a partition before the
+//! previous one has ended. Everything broker-specific sits behind this seam (`kafka`: the group
+//! member, assignment, positions in Kafka and in the database, topic ids, `--exit-on-eof`, the
+//! start-up probe); the batcher, the decoder, the inbox transaction, the handler and the dead
+//! letters do not change from one source to another.
 //!
 //! Invariant: a source hands the pipeline each partition's records in order, on one stream per
 //! partition, and learns that a position is done only after the database committed it.
 //!
 //! # What a source must provide
 //!
+//! The names the pipeline keys by: a record's `topic` is the ordered stream's name (Kafka's
+//! topic, the RabbitMQ queue, the JetStream stream), its `partition` the unit of order within it
+//! (Kafka's partition; 0 for a queue or a stream read as one), and the reader whose positions the
+//! database holds (`consumer_offsets.group_id`) is Kafka's group id, a queue's or a durable
+//! JetStream consumer's name.
+//!
 //! - **A stream of records per ordering unit**, each a [`RawMessage`] (any bytes in any field):
 //!   Kafka's partition; a RabbitMQ queue read by one consumer at a time (single active consumer);
 //!   a JetStream stream through one consumer. Order holds within the unit only.
-//! - **A position per record** (`RawMessage::offset`) that increases within the unit and is never
+//! - **A position per record** (`RawMessage::offset`) that increases within a run and is never
 //!   given to two records that both commit: the offset tracker ([`OffsetSink::store`] gets the
 //!   position after a batch's last record), the worker's gap check (a position that goes back
-//!   stops the partition), the `dead_letters` key `(topic, partition, "offset")` with the
-//!   redrive's lock and delete, the positions in the database (`consumer_offsets`, module
-//!   [`positions`]) and the keys derived from positions ([`key::position_key`]) are keyed by it.
+//!   within a run stops the processor: Kafka's topic was re-created), the `dead_letters` key
+//!   `(topic, partition, "offset")` with the redrive's lock and delete, the positions in the
+//!   database (`consumer_offsets`, module [`positions`]) and the keys derived from positions
+//!   ([`key::position_key`]) are keyed by it.
 //!   - Kafka: the offset.
 //!   - NATS JetStream: the stream sequence. It is a position to resume from, as Kafka's offset
-//!     is: a restored database makes the consumer start again at its sequence.
+//!     is: a restored database makes the consumer start again at its sequence. JetStream
+//!     redelivers a message whose ack is late (`AckWait`) with its own sequence, after later
+//!     ones: the source drops a delivery whose sequence is below the next one it handed the run
+//!     (the run holds it, and acknowledges it once it commits), and keeps a batch that takes long
+//!     alive with in-progress acks (`+WPI`) so that it is not redelivered meanwhile.
 //!   - RabbitMQ has none: a delivery tag counts one channel's deliveries, and a redelivery gets a
 //!     new one. The source numbers the deliveries itself, from the next position the database
-//!     holds for the queue when the channel opens (position = that base + tag − 1); the batch's
-//!     transaction stores the number after its last record as it does Kafka's offset. A number is
-//!     used again only by a channel opened after the last one's deliveries went back to the
-//!     queue uncommitted, so no two committed records (dead letters included) share one. A
-//!     channel is a partition's assignment: when it closes the run stops and a new channel starts
-//!     a new run.
+//!     holds for the queue when the channel opens, read once the previous run has ended
+//!     (position = that base + tag − 1); the batch's transaction stores the number after its last
+//!     record as it does Kafka's offset. A number is used again only by a channel opened after the
+//!     last one's deliveries went back to the queue uncommitted, so no two committed records share
+//!     one. A channel is a partition's assignment: when it closes the run stops and a new channel
+//!     starts a new run. One record may get several numbers (one per delivery): keys derived
+//!     from positions would differ between its deliveries, so a queue source refuses
+//!     `--id-from position` and dead-letters a record without an id (`missing_id`), and a bad
+//!     record delivered again after its channel closed uncommitted may be dead-lettered once per
+//!     delivery.
 //! - **An acknowledgement after COMMIT** ([`OffsetSink::store`], called only once the database
 //!   committed every record before the position): Kafka's offset store and commit; JetStream's
 //!   ack of the batch's last message with `AckPolicy::All`; RabbitMQ's `basic.ack` with
 //!   `multiple=true` up to the batch's last delivery tag (position − base + 1) on the channel that
-//!   delivered it, never on another one.
+//!   delivered it, never on another one, and a channel carries exactly one consumer (a multiple
+//!   ack covers every delivery of the channel). `store` is called from the partition's task and
+//!   must not wait on the network: a client whose ack is asynchronous (lapin, async-nats) hands
+//!   it to a task of its own, in order, and a refused ack is logged and counted
+//!   (`offsets_refused`): what it covered is redelivered and skipped by the inbox.
 //! - **Redelivery of what was not acknowledged**: Kafka from the committed offset; JetStream after
-//!   `AckWait`; RabbitMQ when the channel closes. The inbox makes a redelivery harmless.
+//!   `AckWait`; RabbitMQ when the channel closes. The inbox makes a redelivery harmless. A broker
+//!   limit on redeliveries drops or parks records the database never saw: a quorum queue's
+//!   `delivery-limit` must be off, and RabbitMQ's `consumer_timeout` (which closes the channel of
+//!   a delivery unacknowledged for 30 minutes, a partition stalled on the database for one)
+//!   longer than an outage the processor rides out; JetStream's `max_deliver` likewise.
 //! - **A seek, where the broker can**: after a database went back in time (a restore, a failover
-//!   to a replica that lagged), [`OffsetSink::rewind`] reads the partition again from the
+//!   to a replica that lagged) or moved ahead of the run (an operator's `positions set`, a COMMIT
+//!   whose answer was lost), [`OffsetSink::rewind`] reads the partition again from the
 //!   database's position. Kafka seeks; JetStream makes its consumer start at that sequence; a
-//!   queue cannot replay what it acknowledged, and refuses (the default), which stops the
-//!   partition: records acknowledged after the database's backup are gone from a queue.
-//! - **Around the run** (the service's, `crate::service`): a start-up probe that tells refused
-//!   credentials, a failed handshake, a missing permission and no broker apart within the
-//!   start-up timeout (Kafka's `KafkaSettings::probe`), and how long the broker keeps a record,
-//!   which the dedup-window guard compares with the inbox retention (Kafka's `retention.ms`,
-//!   `maintenance::retention::topic`; a JetStream stream's `max_age`; a queue keeps a record
-//!   until it is acknowledged, so a redelivery is never older than the oldest unacknowledged
-//!   delivery).
+//!   queue closes the channel (every unacknowledged delivery goes back to the queue) and opens a
+//!   new one numbered from the database's position. A queue cannot replay what it acknowledged:
+//!   records acknowledged after the database's backup are gone from it, and it refuses a rewind
+//!   below its last acknowledgement (the default refuses every rewind), which stops the
+//!   processor.
+//! - **Around the run** (the service's, `crate::service`; Kafka's is called there directly
+//!   today): a start-up probe that tells refused credentials, a failed handshake, a missing
+//!   permission and no broker apart within the start-up timeout (Kafka's
+//!   `KafkaSettings::probe`), and how long the broker keeps a record, which the dedup-window guard
+//!   compares with the inbox retention (Kafka's `retention.ms`, `maintenance::retention::topic`;
+//!   a JetStream stream's `max_age`; a queue keeps a record until it is acknowledged, so a
+//!   redelivery is never older than the oldest unacknowledged delivery).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
