@@ -45,8 +45,19 @@ pub mod batcher {
 /// Records decoded into messages and dead letters.
 pub mod message {
     pub use crate::pipeline::message::{
-        decode_batch, dedup_in_batch, parse_id, DeadLetter, Decoded,
+        decode_batch, dedup_in_batch, parse_id, DeadLetter, Decoded, MAX_ID_TEXT_BYTES,
     };
+}
+
+/// A dead letter's row, as the inbox writes it (the fuzz target checks every value is storable).
+pub mod dead_letter {
+    pub use crate::pipeline::dead_letter::{row, Row, RowForm, MAX_DETAIL_BYTES};
+}
+
+/// The latency measurements of the stats file (the fuzz target feeds them any timestamp).
+pub mod metrics {
+    pub use crate::observe::metrics::Metrics;
+    pub use crate::observe::outcome::BatchSample;
 }
 
 /// The inbox transaction.

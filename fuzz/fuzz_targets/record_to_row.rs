@@ -6,10 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use batch_inbox::dead_letter::{row, RowForm, MAX_DETAIL_BYTES, MAX_ID_TEXT_BYTES};
+use batch_inbox::internals::dead_letter::{row, RowForm, MAX_DETAIL_BYTES};
+use batch_inbox::internals::inbox::StageTimings;
+use batch_inbox::internals::message::{decode_batch, MAX_ID_TEXT_BYTES};
+use batch_inbox::internals::metrics::{BatchSample, Metrics};
 use batch_inbox::ledger::Entry;
-use batch_inbox::message::{decode_batch, Header, RawMessage};
-use batch_inbox::metrics::{BatchSample, Metrics, StageTimings};
+use batch_inbox::{Header, IdRules, RawMessage};
 use bytes::Bytes;
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
@@ -62,7 +64,8 @@ fuzz_target!(|input: Input| {
         assert_eq!(m.raw.headers_named("id").count(), 1);
     }
     for letter in &decoded.dead_letters {
-        for form in [RowForm::full("id"), RowForm::minimal("id", "23514")] {
+        let ids = IdRules::header("id");
+        for form in [RowForm::full(&ids), RowForm::minimal(&ids, "23514")] {
             let r = row(letter, form);
             assert!(r.detail.len() <= MAX_DETAIL_BYTES && !r.detail.contains('\0'));
             if let Some(id) = r.message_id {

@@ -22,7 +22,7 @@ fn histogram() -> Histogram<u64> {
 
 /// Accumulated measurements, shared by a processor's workers.
 #[derive(Debug)]
-pub(crate) struct Metrics {
+pub struct Metrics {
     inner: Mutex<Inner>,
 }
 
@@ -59,7 +59,7 @@ impl Metrics {
     }
 
     /// Records a committed batch; `committed_at` is the wall-clock time of its COMMIT.
-    pub(crate) fn record_batch(&self, sample: &BatchSample<'_>, committed_at: SystemTime) {
+    pub fn record_batch(&self, sample: &BatchSample<'_>, committed_at: SystemTime) {
         let now_us = committed_at
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));

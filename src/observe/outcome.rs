@@ -62,7 +62,7 @@ pub(crate) const STAGES: [&str; 6] = [
 
 /// What one committed batch contributes.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct BatchSample<'a> {
+pub struct BatchSample<'a> {
     /// When the batch's first record arrived.
     pub opened: Instant,
     /// When the batch was closed and handed to the inbox.

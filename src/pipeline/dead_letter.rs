@@ -15,8 +15,9 @@ pub(crate) mod stored;
 
 #[cfg(test)]
 pub(crate) use row::headers_json;
+pub(crate) use row::storable_detail;
 pub use row::MAX_DETAIL_BYTES;
-pub(crate) use row::{row, storable_detail, Row, RowForm};
+pub use row::{row, Row, RowForm};
 pub(crate) use stored::Parked;
 pub use stored::{Listed, Position};
 

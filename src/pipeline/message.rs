@@ -23,10 +23,11 @@ pub(crate) use crate::source::key;
 pub use crate::source::record::{Header, RawMessage};
 
 pub(crate) use id::clean_text;
+#[cfg(test)]
+pub(crate) use id::decode_id;
 pub(crate) use id::id_text;
 pub use id::parse_id;
-#[cfg(test)]
-pub(crate) use id::{decode_id, MAX_ID_TEXT_BYTES};
+pub use id::MAX_ID_TEXT_BYTES;
 pub use rules::{Decoding, IdFormat, IdRules, IdSource, Tombstones, ValueFormat};
 
 /// A message whose id and payload decoded: what the handler sees.

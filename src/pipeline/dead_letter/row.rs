@@ -27,7 +27,7 @@ pub const MAX_DETAIL_BYTES: usize = 1_000;
 
 /// How the dead-letter rows of one transaction are built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RowForm<'a> {
+pub struct RowForm<'a> {
     /// The id rules: the id as received goes to `message_id_raw`.
     pub ids: &'a IdRules,
     /// `Some(sqlstate)`: the full rows were refused with this SQLSTATE; write minimal rows.
@@ -36,12 +36,12 @@ pub(crate) struct RowForm<'a> {
 
 impl<'a> RowForm<'a> {
     /// Full rows, reading the id as `ids` say.
-    pub(crate) fn full(ids: &'a IdRules) -> Self {
+    pub fn full(ids: &'a IdRules) -> Self {
         Self { ids, refused: None }
     }
 
     /// Minimal rows, after the full ones were refused with `sqlstate`.
-    pub(crate) fn minimal(ids: &'a IdRules, sqlstate: &'a str) -> Self {
+    pub fn minimal(ids: &'a IdRules, sqlstate: &'a str) -> Self {
         Self {
             ids,
             refused: Some(sqlstate),
@@ -51,7 +51,7 @@ impl<'a> RowForm<'a> {
 
 /// The values of one `dead_letters` row (besides topic and partition, shared by the batch).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Row<'a> {
+pub struct Row<'a> {
     /// Kafka offset.
     pub offset: i64,
     /// The id as text, when it is clean and short (see the module's rules).
@@ -73,7 +73,7 @@ pub(crate) struct Row<'a> {
 }
 
 /// The row of `letter` in `form`.
-pub(crate) fn row<'a>(letter: &'a DeadLetter, form: RowForm<'_>) -> Row<'a> {
+pub fn row<'a>(letter: &'a DeadLetter, form: RowForm<'_>) -> Row<'a> {
     let raw = &*letter.raw;
     let minimal = Row {
         offset: raw.offset,

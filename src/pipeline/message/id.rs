@@ -67,7 +67,7 @@ fn quote_prefix(text: &str, max_chars: usize) -> String {
 }
 
 /// Longest id text stored in `message_id`, in bytes (a UUID's text forms take at most 45).
-pub(crate) const MAX_ID_TEXT_BYTES: usize = 128;
+pub const MAX_ID_TEXT_BYTES: usize = 128;
 
 /// `bytes` as the text of `message_id`: valid UTF-8, no NUL, at most [`MAX_ID_TEXT_BYTES`].
 pub(crate) fn id_text(bytes: &[u8]) -> Option<&str> {
