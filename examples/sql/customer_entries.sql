@@ -5,34 +5,21 @@
 -- (customer_entries.ddl.sql). Within a batch the newest record of each key (by partition and
 -- offset) is written; the inbox has already skipped every record whose id it applied before, so
 -- a re-sent older record never overwrites a newer one.
--- A record without a key, or whose value has no payload with those fields, is rejected.
-WITH input AS (
-    SELECT m.message_id, m.key, m.partition, m."offset", m.value -> 'payload' AS p
-    FROM jsonb_to_recordset($1)
-        AS m(message_id uuid, key text, partition int, "offset" bigint, value jsonb)
-),
-valid AS (
-    SELECT * FROM input
-    WHERE key IS NOT NULL
-      AND jsonb_typeof(p -> 'id') = 'string'
-      AND jsonb_typeof(p -> 'account_id') = 'number'
-      AND jsonb_typeof(p -> 'amount') = 'number'
-),
-latest AS (
-    SELECT DISTINCT ON (key) key, p
-    FROM valid
-    ORDER BY key, partition DESC, "offset" DESC
-),
-upserted AS (
-    INSERT INTO customer_entries AS c (customer_id, id, account_id, amount)
-    SELECT key, p ->> 'id', (p ->> 'account_id')::bigint, (p ->> 'amount')::bigint
-    FROM latest
-    ORDER BY key
-    ON CONFLICT (customer_id) DO UPDATE
-    SET id = excluded.id, account_id = excluded.account_id, amount = excluded.amount
-)
-SELECT message_id, 'invalid_payload' AS reason,
-       'a customer entry needs a key and a Connect payload with id, account_id and amount'
-           AS detail
-FROM input
-WHERE message_id NOT IN (SELECT message_id FROM valid);
+--
+-- Typed input from the envelope's payload: a record without a key (or one that is not UTF-8
+-- text), or whose payload lacks a string id or an integer account_id or amount, is
+-- dead-lettered as `invalid_payload`, naming the field, before this runs.
+-- batch-inbox: envelope = connect
+-- batch-inbox: $1 = key
+-- batch-inbox: $2 = partition
+-- batch-inbox: $3 = offset
+-- batch-inbox: $4 = value /id
+-- batch-inbox: $5 = value /account_id
+-- batch-inbox: $6 = value /amount
+INSERT INTO customer_entries AS c (customer_id, id, account_id, amount)
+SELECT DISTINCT ON (customer_id) customer_id, id, account_id, amount
+FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[])
+    AS m(customer_id, partition, "offset", id, account_id, amount)
+ORDER BY customer_id, partition DESC, "offset" DESC
+ON CONFLICT (customer_id) DO UPDATE
+SET id = excluded.id, account_id = excluded.account_id, amount = excluded.amount

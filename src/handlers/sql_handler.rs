@@ -22,19 +22,24 @@ use crate::db::Transaction;
 use crate::error::HandlerError;
 use crate::pipeline::handler::{Handler, Rejection};
 use crate::pipeline::message::Message;
+use crate::reason::Reason;
 
 mod input;
 mod rejections;
+mod typed;
 
 pub use input::JsonPayload;
 use input::{input_array, Jsonb};
 use rejections::{rejections, RejectionColumns};
+use typed::{Declarations, Envelope};
 
 /// One statement of the SQL handler, read, prepared and checked.
 #[derive(Debug, Clone)]
 pub struct SqlStatement {
     sql: String,
     rejections: Option<RejectionColumns>,
+    /// Its file's declarations: typed parameters (none: the `jsonb` form) and an envelope.
+    declared: Declarations,
 }
 
 /// The handler that runs one SQL statement per batch (see the module documentation): the
@@ -79,6 +84,9 @@ pub enum SqlError {
     /// Its parameters are not exactly one `jsonb`.
     #[error("the statement must take exactly one parameter, $1 of type jsonb; it takes {0}")]
     Parameters(String),
+    /// Its declarations (`-- batch-inbox: …` lines) are malformed or do not fit its parameters.
+    #[error("{0}")]
+    Declaration(String),
     /// It returns `message_id` and `reason` columns of types that cannot name rejections.
     #[error("{0}")]
     Result(String),
@@ -112,16 +120,25 @@ impl SqlStatement {
         if is_blank(&sql) {
             return Err(SqlError::Empty);
         }
+        let declared = typed::declarations(&sql).map_err(SqlError::Declaration)?;
         let client = pool.get().await?;
         let stmt = client
             .prepare(&sql)
             .await
             .map_err(|e| SqlError::Prepare(one_line(&e)))?;
-        if stmt.params() != [Type::JSONB] {
-            return Err(SqlError::Parameters(describe_params(stmt.params())));
+        if declared.fields.is_empty() {
+            if stmt.params() != [Type::JSONB] {
+                return Err(SqlError::Parameters(describe_params(stmt.params())));
+            }
+        } else {
+            typed::elements(&declared.fields, stmt.params()).map_err(SqlError::Declaration)?;
         }
         let rejections = RejectionColumns::of(stmt.columns()).map_err(SqlError::Result)?;
-        Ok(Self { sql, rejections })
+        Ok(Self {
+            sql,
+            rejections,
+            declared,
+        })
     }
 
     /// Runs the statement on an empty batch (`$1` is `[]`) in a transaction that is rolled back:
@@ -138,21 +155,74 @@ impl SqlStatement {
     }
 
     /// Runs the statement on `messages` (one topic's, in order); rejections by index in them.
+    /// A message whose declared fields or envelope do not fit is refused before it runs, and
+    /// never reaches it; a batch with no message left does not run it.
     async fn run(
         &self,
         tx: &Transaction<'_>,
         messages: &[&Message<JsonPayload>],
     ) -> Result<Vec<Rejection>, HandlerError> {
-        let input = input_array(messages);
         let stmt = tx.prepare_cached(&self.sql).await?;
-        let rows = tx.query(&stmt, &[&Jsonb(&input)]).await?;
+        let fields = &self.declared.fields;
+        let envelope = self.declared.envelope;
+        let (rows, kept, mut refused) = if !fields.is_empty() {
+            // The prepared statement's types, not the start-up ones: a type inferred from a
+            // column may have changed since; that is the schema's fault, not a message's.
+            let elements = typed::elements(fields, stmt.params())
+                .map_err(|e| HandlerError::Environment(e.into()))?;
+            let input = typed::input(fields, &elements, envelope, messages);
+            let rows = match input.kept.is_empty() {
+                true => Vec::new(),
+                false => tx.query(&stmt, &input.params()).await?,
+            };
+            (rows, input.kept, input.refused)
+        } else if envelope == Envelope::None {
+            let rows = tx
+                .query(&stmt, &[&Jsonb(&input_array(messages, None))])
+                .await?;
+            (rows, (0..messages.len()).collect(), Vec::new())
+        } else {
+            let (mut kept, mut refused, mut values) = (Vec::new(), Vec::new(), Vec::new());
+            for (i, m) in messages.iter().enumerate() {
+                match typed::unwrap(envelope, &m.payload) {
+                    Ok(root) => {
+                        kept.push(i);
+                        values.push(root.map_or_else(
+                            || String::from_utf8_lossy(m.payload.as_bytes()).into_owned(),
+                            |v| v.to_string(),
+                        ));
+                    }
+                    Err(detail) => refused.push(Rejection::new(i, Reason::InvalidPayload, detail)),
+                }
+            }
+            let part: Vec<&Message<JsonPayload>> = kept.iter().map(|&i| messages[i]).collect();
+            let rows = match part.is_empty() {
+                true => Vec::new(),
+                false => {
+                    let input = input_array(&part, Some(&values));
+                    tx.query(&stmt, &[&Jsonb(&input)]).await?
+                }
+            };
+            (rows, kept, refused)
+        };
         // The prepared result's shape, not the start-up one: the schema may have changed since.
         let Some(columns) =
             RejectionColumns::of(stmt.columns()).map_err(|e| HandlerError::Other(e.into()))?
         else {
-            return Ok(Vec::new());
+            return Ok(refused);
         };
-        rejections(columns, &rows, messages).map_err(|e| HandlerError::Other(Box::new(e)))
+        let part: Vec<&Message<JsonPayload>> = kept.iter().map(|&i| messages[i]).collect();
+        let by_statement =
+            rejections(columns, &rows, &part).map_err(|e| HandlerError::Other(Box::new(e)))?;
+        if refused.is_empty() && kept.len() == messages.len() {
+            return Ok(by_statement);
+        }
+        refused.extend(by_statement.into_iter().map(|mut r| {
+            r.index = kept[r.index];
+            r
+        }));
+        refused.sort_by_key(|r| r.index);
+        Ok(refused)
     }
 }
 

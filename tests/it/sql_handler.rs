@@ -20,6 +20,7 @@ mod real_topics;
 mod rejections;
 mod startup;
 mod two_topics;
+mod typed;
 
 /// 2025-06-01, 2026-03-01 and 2001-09-09 (no partition of its own), in Unix milliseconds.
 const TS_2025: i64 = 1_748_736_000_000;

@@ -6,6 +6,7 @@
 //! decoding (`invalid_payload`), and a key that `jsonb` text cannot hold becomes `null`.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
@@ -23,6 +24,9 @@ pub struct JsonPayload {
     value: Bytes,
     id: String,
     tombstone: bool,
+    /// The value as parsed at decoding (`--value-format json`), kept for the typed input and
+    /// the envelope: the value is parsed once.
+    parsed: Option<Arc<serde_json::Value>>,
 }
 
 impl JsonPayload {
@@ -34,6 +38,12 @@ impl JsonPayload {
     /// Whether the record was a tombstone (no value).
     pub fn is_tombstone(&self) -> bool {
         self.tombstone
+    }
+
+    /// The value as parsed JSON: `None` for a tombstone and for `--value-format text` and
+    /// `bytes`.
+    pub(super) fn parsed(&self) -> Option<&serde_json::Value> {
+        self.parsed.as_deref()
     }
 }
 
@@ -50,6 +60,7 @@ impl Decode for JsonPayload {
                     value: Bytes::from_static(b"null"),
                     id,
                     tombstone: true,
+                    parsed: None,
                 }),
                 Tombstones::DeadLetter => Err((
                     Reason::EmptyPayload,
@@ -57,6 +68,7 @@ impl Decode for JsonPayload {
                 )),
             };
         };
+        let mut parsed = None;
         let value =
             match decoding.values {
                 ValueFormat::Json if bytes.is_empty() => {
@@ -66,7 +78,10 @@ impl Decode for JsonPayload {
                     ))
                 }
                 ValueFormat::Json => match check_json(bytes) {
-                    Ok(()) => bytes.clone(),
+                    Ok(json) => {
+                        parsed = Some(Arc::new(json));
+                        bytes.clone()
+                    }
                     Err(detail) => return Err((Reason::InvalidPayload, detail)),
                 },
                 ValueFormat::Text => match std::str::from_utf8(bytes) {
@@ -90,6 +105,7 @@ impl Decode for JsonPayload {
             value,
             id,
             tombstone: false,
+            parsed,
         })
     }
 }
@@ -131,13 +147,13 @@ fn hex(bytes: &[u8]) -> String {
 /// Whether `bytes` is one JSON document that `jsonb` stores: well-formed (serde_json also refuses
 /// invalid UTF-8, lone surrogates and nesting deeper than 128), and without the NUL character,
 /// which PostgreSQL text cannot hold.
-fn check_json(bytes: &[u8]) -> Result<(), String> {
+fn check_json(bytes: &[u8]) -> Result<serde_json::Value, String> {
     let value: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|e| format!("the value is not JSON: {e}"))?;
     if holds_nul(&value) {
         return Err("the value holds \\u0000, which PostgreSQL's jsonb cannot store".to_owned());
     }
-    Ok(())
+    Ok(value)
 }
 
 fn holds_nul(value: &serde_json::Value) -> bool {
@@ -151,8 +167,9 @@ fn holds_nul(value: &serde_json::Value) -> bool {
 }
 
 /// The statement's `$1`: one object per message, in the slice's (partition) order, with the
-/// fields docs/SQL-HANDLER.md lists.
-pub(super) fn input_array(messages: &[&Message<JsonPayload>]) -> String {
+/// fields docs/SQL-HANDLER.md lists; `given`, when there, holds each message's `value` as JSON
+/// text in its place (an envelope's payload).
+pub(super) fn input_array(messages: &[&Message<JsonPayload>], given: Option<&[String]>) -> String {
     let values: usize = messages.iter().map(|m| m.payload.value.len()).sum();
     let mut out = String::with_capacity(values + 256 * messages.len() + 2);
     out.push('[');
@@ -185,8 +202,11 @@ pub(super) fn input_array(messages: &[&Message<JsonPayload>]) -> String {
         push_headers(&mut out, raw);
         let _ = write!(out, ",\"tombstone\":{}", m.payload.tombstone);
         out.push_str(",\"value\":");
-        // Checked or built at decoding: JSON, hence UTF-8.
-        out.push_str(std::str::from_utf8(&m.payload.value).unwrap_or("null"));
+        match given {
+            Some(given) => out.push_str(&given[i]),
+            // Checked or built at decoding: JSON, hence UTF-8.
+            None => out.push_str(std::str::from_utf8(&m.payload.value).unwrap_or("null")),
+        }
         out.push('}');
     }
     out.push(']');
@@ -270,7 +290,6 @@ impl ToSql for Jsonb<'_> {
 mod tests {
     use super::*;
     use crate::pipeline::message::tests::raw;
-    use std::sync::Arc;
 
     fn decode(value: &[u8]) -> Result<JsonPayload, Reason> {
         let mut r = raw(0, None, "");
@@ -329,7 +348,7 @@ mod tests {
 
     fn parsed(messages: &[Message<JsonPayload>]) -> serde_json::Value {
         let refs: Vec<&Message<JsonPayload>> = messages.iter().collect();
-        serde_json::from_str(&input_array(&refs)).unwrap()
+        serde_json::from_str(&input_array(&refs, None)).unwrap()
     }
 
     #[test]
@@ -365,7 +384,7 @@ mod tests {
             ),
         ]);
         assert_eq!(parsed(&messages), expected);
-        assert_eq!(input_array(&[]), "[]");
+        assert_eq!(input_array(&[], None), "[]");
     }
 
     #[test]

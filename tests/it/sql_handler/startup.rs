@@ -42,6 +42,26 @@ async fn a_statement_that_cannot_run_ends_the_process_before_anything_is_consume
             "ERROR: cannot insert multiple commands into a prepared statement",
         ),
         (
+            "undeclared.sql",
+            "-- batch-inbox: $1 = message_id\nSELECT $1::uuid[], $2::bigint[]",
+            "the statement takes $2, which is not declared",
+        ),
+        (
+            "numeric.sql",
+            "-- batch-inbox: $1 = value /amount\nSELECT unnest($1::numeric[])",
+            "$1 (value /amount) is of type numeric[]; it must be one of smallint[]",
+        ),
+        (
+            "scalar.sql",
+            "-- batch-inbox: $1 = offset\nSELECT $1::bigint",
+            "$1 (offset) is of type int8; it must be one of bigint[] (cast it: $1::bigint[])",
+        ),
+        (
+            "typo.sql",
+            "-- batch-inbox: $1 = value amount\nSELECT unnest($1::bigint[])",
+            "line 1: unexpected \"amount\" after `value`",
+        ),
+        (
             "shape.sql",
             "SELECT 1 AS message_id, 'x' AS reason FROM jsonb_array_elements($1)",
             "the result's column message_id is int4; rejections need uuid or text",
