@@ -800,7 +800,7 @@ mod tests {
             e.contains("$1 (message_id) is of type int8; it must be one of uuid[], text[]"),
             "{e}"
         );
-        let e = elements(&fields, &[uuids.clone()]).unwrap_err();
+        let e = elements(&fields, std::slice::from_ref(&uuids)).unwrap_err();
         assert!(
             e.contains("$2 is declared, but the statement takes 1 parameter"),
             "{e}"
