@@ -3,6 +3,10 @@
 #
 #   scripts/loadtest.sh           full run (1,000,000 messages), results in results/
 #   scripts/loadtest.sh --quick   smoke run (small input, a few minutes), results in target/loadtest-quick/
+#   scripts/loadtest.sh --sql-handler   the SQL handler against the Rust ledger alone: ROUNDS
+#                                 (3) rounds of the ledger, the typed statement and the jsonb one
+#                                 at SQL_BATCH_SIZE on one input of MESSAGES (400,000), in turn;
+#                                 results in results/sql-handler/
 #
 # Steps: build release; ensure PostgreSQL (with pg_stat_statements, to count statements); start
 # an Apache Kafka node (scripts/kafka/lib.sh; or use $KAFKA_BROKERS, or nisshi with NISSHI_BIN); produce ONE input set with duplicates, bad input and
@@ -33,9 +37,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-quick=0
+quick=0 sql_only=0
 [ "${1:-}" = "--quick" ] && quick=1
-if [ "$quick" = 1 ]; then
+[ "${1:-}" = "--sql-handler" ] && sql_only=1
+if [ "$sql_only" = 1 ]; then
+  MESSAGES=${MESSAGES:-400000}; ACCOUNTS=${ACCOUNTS:-100000}; OUT=${OUT:-results}
+  ROUNDS=${ROUNDS:-3}
+elif [ "$quick" = 1 ]; then
   MESSAGES=${MESSAGES:-40000}; ACCOUNTS=${ACCOUNTS:-5000}
   BATCH_SIZES=${BATCH_SIZES:-"1 100 1000"}; LATENCY_RUNS=${LATENCY_RUNS:-"1000:50"}
   DEFAULT_RATES=${DEFAULT_RATES:-"1000 5000"}
@@ -58,8 +66,10 @@ SQL_BATCH_SIZE=${SQL_BATCH_SIZE:-1000}; WARMUP_S=${WARMUP_S:-3}
 
 bin=./target/release/batch-inbox bench=./target/release/batch-inbox-bench
 work=$(mktemp -d)
-runs="$OUT/loadtest/runs"
-cpu="$OUT/loadtest/cpu"
+set_dir=loadtest
+[ "$sql_only" = 1 ] && set_dir=sql-handler
+runs="$OUT/$set_dir/runs"
+cpu="$OUT/$set_dir/cpu"
 mkdir -p "$runs" "$cpu"
 rm -f "$runs"/*.json "$cpu"/*.json
 stamp=$(date +%s)
@@ -153,7 +163,7 @@ run_drain() {
 machine_json() {
   local quick_json=false
   [ "$quick" = 1 ] && quick_json=true
-  $bench machine --out "$OUT/loadtest/machine.json" --param "broker=$broker_kind" \
+  $bench machine --out "$OUT/$set_dir/machine.json" --param "broker=$broker_kind" \
     --param "messages=$MESSAGES" --param "accounts=$ACCOUNTS" --param "partitions=$PARTITIONS" \
     --param "duplicate_ratio=$DUPLICATE_RATIO" --param "bad_ratio=$BAD_RATIO" \
     --param "debit_ratio=$DEBIT_RATIO" --param "id_version=$ID_VERSION" \
@@ -238,6 +248,49 @@ $bench produce --topic "$topic" --partitions "$PARTITIONS" --messages "$MESSAGES
   --debit-ratio "$DEBIT_RATIO" --id-version "$ID_VERSION" --expect "$work/expected.json"
 expect="$work/expected.json"
 
+# The SQL handler's statements: typed input (balances_upsert.sql) and the jsonb form
+# (balances_jsonb.sql), on a database of the SQL handler (the core's tables, and its balances
+# table from its DDL file), checked against the model without the ledger's overdraft rule. The
+# input's records without a value are bad input to these statements (they have nothing to
+# delete): dead-lettered as empty_payload, as the ledger does and the model expects.
+sql=(--handler sql --apply-sql examples/sql/balances_upsert.sql --tombstones dead-letter)
+sql_jsonb=(--handler sql --apply-sql examples/sql/balances_jsonb.sql --tombstones dead-letter)
+sql_ddl=(--ddl examples/sql/balances.ddl.sql)
+
+if [ "$sql_only" = 1 ]; then
+  # In turn, so that a slower minute of the machine falls on each alike.
+  for round in $(seq 1 "$ROUNDS"); do
+    run_drain "ledger-r$round" "$topic" --expect "$expect" --batch-size "$SQL_BATCH_SIZE"
+    run_drain "typed-r$round" "$topic" "${sql_ddl[@]}" --expect "$expect" --sums \
+      --batch-size "$SQL_BATCH_SIZE" "${sql[@]}"
+    run_drain "jsonb-r$round" "$topic" "${sql_ddl[@]}" --expect "$expect" --sums \
+      --batch-size "$SQL_BATCH_SIZE" "${sql_jsonb[@]}"
+  done
+  table="$OUT/$set_dir/summary.md"
+  {
+    echo "# The SQL handler against the Rust ledger"
+    echo
+    echo "$MESSAGES records ($PARTITIONS partitions, duplicates $DUPLICATE_RATIO, bad input" \
+      "$BAD_RATIO), batch size $SQL_BATCH_SIZE, linger $LINGER_MS ms, $broker_kind; each run" \
+      "on a fresh database, in turn. msgs/s over the stats file's window; PostgreSQL CPU per" \
+      "record from its processes' CPU time over the run. \`scripts/loadtest.sh --sql-handler\`."
+    echo
+    echo "| run | msgs/s | PostgreSQL µs/record | processor µs/record |"
+    echo "|---|---:|---:|---:|"
+    for r in "$runs"/*.json; do
+      label=$(basename "$r" .json)
+      rate=$($bench json get "$r" msgs_per_sec)
+      pg=$($bench json get "$cpu/$label.json" postgres_cpu_s)
+      own=$($bench json get "$r" cpu_s)
+      awk -v l="$label" -v r="$rate" -v pg="$pg" -v own="$own" -v n="$MESSAGES" \
+        'BEGIN { printf "| %s | %.0f | %.2f | %.2f |\n", l, r, pg * 1e6 / n, own * 1e6 / n }'
+    done
+  } >"$table"
+  cat "$table"
+  log "done: $table"
+  exit 0
+fi
+
 run_drain per-message "$topic" --expect "$expect" --mode per-message
 largest=0
 for size in $BATCH_SIZES; do
@@ -245,16 +298,13 @@ for size in $BATCH_SIZES; do
   [ "$size" -gt "$largest" ] && largest=$size
 done
 # The SQL handler on the same input, next to the Rust ledger: one aggregate upsert per batch,
-# checked against the model without the ledger's overdraft rule, on a database of the SQL
-# handler (the core's tables, and its balances table from its DDL file).
-# The input's records without a value are bad input to this statement (it has nothing to delete):
-# dead-lettered as empty_payload, as the ledger does and the model expects, not passed on.
-sql=(--handler sql --apply-sql examples/sql/balances_upsert.sql --tombstones dead-letter)
-sql_ddl=(--ddl examples/sql/balances.ddl.sql)
+# typed, and the same in the jsonb form.
 run_drain sql-per-message "$topic" "${sql_ddl[@]}" --expect "$expect" --sums --mode per-message \
   "${sql[@]}"
 run_drain sql-batched "$topic" "${sql_ddl[@]}" --expect "$expect" --sums \
   --batch-size "$SQL_BATCH_SIZE" "${sql[@]}"
+run_drain sql-jsonb-batched "$topic" "${sql_ddl[@]}" --expect "$expect" --sums \
+  --batch-size "$SQL_BATCH_SIZE" "${sql_jsonb[@]}"
 # The broker-and-client ceiling: the same pipeline without any database work.
 db="bi_lt_consume_only"
 fresh_database "$db"
