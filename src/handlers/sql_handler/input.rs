@@ -6,7 +6,6 @@
 //! decoding (`invalid_payload`), and a key that `jsonb` text cannot hold becomes `null`.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
@@ -24,9 +23,8 @@ pub struct JsonPayload {
     value: Bytes,
     id: String,
     tombstone: bool,
-    /// The value as parsed at decoding (`--value-format json`), kept for the typed input and
-    /// the envelope: the value is parsed once.
-    parsed: Option<Arc<serde_json::Value>>,
+    /// Whether `value` is the record's own JSON (`--value-format json`), not one built for it.
+    json: bool,
 }
 
 impl JsonPayload {
@@ -40,10 +38,10 @@ impl JsonPayload {
         self.tombstone
     }
 
-    /// The value as parsed JSON: `None` for a tombstone and for `--value-format text` and
+    /// The record's own JSON value: `None` for a tombstone and for `--value-format text` and
     /// `bytes`.
-    pub(super) fn parsed(&self) -> Option<&serde_json::Value> {
-        self.parsed.as_deref()
+    pub(super) fn json(&self) -> Option<&[u8]> {
+        self.json.then_some(&self.value[..])
     }
 }
 
@@ -60,7 +58,7 @@ impl Decode for JsonPayload {
                     value: Bytes::from_static(b"null"),
                     id,
                     tombstone: true,
-                    parsed: None,
+                    json: false,
                 }),
                 Tombstones::DeadLetter => Err((
                     Reason::EmptyPayload,
@@ -68,7 +66,7 @@ impl Decode for JsonPayload {
                 )),
             };
         };
-        let mut parsed = None;
+        let json = decoding.values == ValueFormat::Json;
         let value =
             match decoding.values {
                 ValueFormat::Json if bytes.is_empty() => {
@@ -78,10 +76,7 @@ impl Decode for JsonPayload {
                     ))
                 }
                 ValueFormat::Json => match check_json(bytes) {
-                    Ok(json) => {
-                        parsed = Some(Arc::new(json));
-                        bytes.clone()
-                    }
+                    Ok(()) => bytes.clone(),
                     Err(detail) => return Err((Reason::InvalidPayload, detail)),
                 },
                 ValueFormat::Text => match std::str::from_utf8(bytes) {
@@ -105,7 +100,7 @@ impl Decode for JsonPayload {
             value,
             id,
             tombstone: false,
-            parsed,
+            json,
         })
     }
 }
@@ -146,23 +141,73 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Whether `bytes` is one JSON document that `jsonb` stores: well-formed (serde_json also refuses
 /// invalid UTF-8, lone surrogates and nesting deeper than 128), and without the NUL character,
-/// which PostgreSQL text cannot hold.
-fn check_json(bytes: &[u8]) -> Result<serde_json::Value, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("the value is not JSON: {e}"))?;
-    if holds_nul(&value) {
-        return Err("the value holds \\u0000, which PostgreSQL's jsonb cannot store".to_owned());
+/// which PostgreSQL text cannot hold. Read through once, building nothing.
+fn check_json(bytes: &[u8]) -> Result<(), String> {
+    match serde_json::from_slice::<JsonbText>(bytes) {
+        Ok(JsonbText) => Ok(()),
+        Err(e) if e.to_string().starts_with(HOLDS_NUL) => {
+            Err("the value holds \\u0000, which PostgreSQL's jsonb cannot store".to_owned())
+        }
+        Err(e) => Err(format!("the value is not JSON: {e}")),
     }
-    Ok(value)
 }
 
-fn holds_nul(value: &serde_json::Value) -> bool {
-    use serde_json::Value;
-    match value {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(holds_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
-        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+const HOLDS_NUL: &str = "a string holds NUL";
+
+/// A JSON document read for [`check_json`]: every string and member name is checked for NUL, the
+/// rest skipped.
+struct JsonbText;
+
+impl<'de> serde::Deserialize<'de> for JsonbText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(JsonbText)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for JsonbText {
+    type Value = JsonbText;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self, E> {
+        match s.contains('\0') {
+            true => Err(E::custom(HOLDS_NUL)),
+            false => Ok(self),
+        }
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<JsonbText>()?.is_some() {}
+        Ok(self)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        while map.next_key::<JsonbText>()?.is_some() {
+            map.next_value::<JsonbText>()?;
+        }
+        Ok(self)
     }
 }
 
@@ -290,6 +335,7 @@ impl ToSql for Jsonb<'_> {
 mod tests {
     use super::*;
     use crate::pipeline::message::tests::raw;
+    use std::sync::Arc;
 
     fn decode(value: &[u8]) -> Result<JsonPayload, Reason> {
         let mut r = raw(0, None, "");

@@ -508,7 +508,7 @@ pub(super) fn input(
         cells.clear();
         let row = unwrap(envelope, &m.payload).and_then(|root| {
             for (field, &e) in fields.iter().zip(elements) {
-                cells.push(cell(field, e, m, root)?);
+                cells.push(cell(field, e, m, envelope, root.as_ref())?);
             }
             Ok(())
         });
@@ -529,21 +529,50 @@ pub(super) fn input(
     }
 }
 
-/// The data of a message's value: the parsed value, or the envelope's payload; `None` for a
-/// tombstone or a value that is not parsed JSON (`--value-format text` or `bytes`).
-pub(super) fn unwrap(envelope: Envelope, payload: &JsonPayload) -> Result<Option<&Value>, String> {
-    let Some(value) = payload.parsed() else {
+/// The data of a message's value, parsed: the value, or the envelope's payload (the schema is
+/// skipped, not built); `None` for a tombstone or a value that is not the record's own JSON
+/// (`--value-format text` or `bytes`).
+pub(super) fn unwrap(envelope: Envelope, payload: &JsonPayload) -> Result<Option<Value>, String> {
+    let Some(json) = payload.json() else {
         return Ok(None);
     };
     match envelope {
-        Envelope::None => Ok(Some(value)),
-        Envelope::Connect => match value.get("payload") {
-            Some(p) if value.is_object() => Ok(Some(p)),
-            _ => Err(
-                "the value is not a Kafka Connect JSON envelope: it has no \"payload\" field"
-                    .to_owned(),
-            ),
-        },
+        // Checked at decoding: it parses.
+        Envelope::None => serde_json::from_slice(json)
+            .map(Some)
+            .map_err(|e| format!("the value is not JSON: {e}")),
+        Envelope::Connect => {
+            let object = json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+            let read = object.then(|| serde_json::from_slice::<Connect>(json).ok());
+            match read.flatten().map(|c| c.payload) {
+                Some(Slot::Given(payload)) => Ok(Some(payload)),
+                _ => Err(
+                    "the value is not a Kafka Connect JSON envelope: it has no \"payload\" field"
+                        .to_owned(),
+                ),
+            }
+        }
+    }
+}
+
+/// Kafka Connect's JSON envelope: the payload, the schema skipped.
+#[derive(serde::Deserialize)]
+struct Connect {
+    #[serde(default)]
+    payload: Slot,
+}
+
+/// A member that may be missing (`null` is a value).
+#[derive(Default)]
+enum Slot {
+    #[default]
+    Missing,
+    Given(Value),
+}
+
+impl<'de> serde::Deserialize<'de> for Slot {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Value::deserialize(d).map(Slot::Given)
     }
 }
 
@@ -558,12 +587,13 @@ fn cell(
     field: &Field,
     e: Element,
     m: &Message<JsonPayload>,
+    envelope: Envelope,
     root: Option<&Value>,
 ) -> Result<Cell, String> {
     let got = match &field.source {
         // A tombstone has no value: its value fields are NULL, whatever `optional` says.
         Source::Value | Source::Pointer(_) if m.payload.is_tombstone() => return Ok(Cell::Null),
-        source => from_source(source, e, m, root),
+        source => from_source(source, e, m, envelope, root),
     };
     let problem = match got {
         Ok(Ok(cell)) => return Ok(cell),
@@ -578,7 +608,13 @@ fn cell(
 
 type Got = Result<Result<Cell, Absent>, String>;
 
-fn from_source(source: &Source, e: Element, m: &Message<JsonPayload>, root: Option<&Value>) -> Got {
+fn from_source(
+    source: &Source,
+    e: Element,
+    m: &Message<JsonPayload>,
+    envelope: Envelope,
+    root: Option<&Value>,
+) -> Got {
     let raw = &m.raw;
     Ok(Ok(match source {
         Source::MessageId => match e {
@@ -611,9 +647,7 @@ fn from_source(source: &Source, e: Element, m: &Message<JsonPayload>, root: Opti
         Source::Value => match (e, root) {
             (Element::Jsonb, Some(v)) => Cell::Jsonb(v.clone()),
             // An envelope's payload: its JSON text.
-            (Element::Text, Some(v)) if m.payload.parsed().is_some_and(|p| !std::ptr::eq(p, v)) => {
-                Cell::Text(v.to_string())
-            }
+            (Element::Text, Some(v)) if envelope == Envelope::Connect => Cell::Text(v.to_string()),
             (Element::Bytea, _) => Cell::Bytea(raw.payload.as_deref().unwrap_or_default().to_vec()),
             (Element::Jsonb, None) => match serde_json::from_slice(m.payload.as_bytes()) {
                 Ok(v) => Cell::Jsonb(v),
@@ -838,7 +872,7 @@ mod tests {
     fn one(source: Source, e: Element, value: Option<&str>) -> Result<Cell, String> {
         let m = message(value);
         let root = unwrap(Envelope::None, &m.payload).unwrap();
-        cell(&field(source), e, &m, root)
+        cell(&field(source), e, &m, Envelope::None, root.as_ref())
     }
 
     fn at(pointer: &str, e: Element, value: &str) -> Result<Cell, String> {
@@ -909,12 +943,19 @@ mod tests {
     fn optional_fields_are_null_and_tombstones_have_no_value_fields() {
         let m = message(Some("{\"z\": null}"));
         let root = unwrap(Envelope::None, &m.payload).unwrap();
+        let root = root.as_ref();
         let opt = |s: &str| Field {
             source: Source::Pointer(s.to_owned()),
             optional: true,
         };
-        assert_eq!(cell(&opt("/z"), Element::Int8, &m, root), Ok(Cell::Null));
-        assert_eq!(cell(&opt("/q"), Element::Int8, &m, root), Ok(Cell::Null));
+        assert_eq!(
+            cell(&opt("/z"), Element::Int8, &m, Envelope::None, root),
+            Ok(Cell::Null)
+        );
+        assert_eq!(
+            cell(&opt("/q"), Element::Int8, &m, Envelope::None, root),
+            Ok(Cell::Null)
+        );
         let bad = Field {
             source: Source::Pointer("/z".to_owned()),
             optional: true,
@@ -922,7 +963,7 @@ mod tests {
         let wrong = message(Some("{\"z\": \"1\"}"));
         let root = unwrap(Envelope::None, &wrong.payload).unwrap();
         assert!(
-            cell(&bad, Element::Int8, &wrong, root).is_err(),
+            cell(&bad, Element::Int8, &wrong, Envelope::None, root.as_ref()).is_err(),
             "optional is about absence, never a wrong type"
         );
         for (source, e) in [
@@ -986,13 +1027,18 @@ mod tests {
             r#"{"schema": {"type": "struct"}, "payload": {"a": 3}}"#,
         ));
         let root = unwrap(Envelope::Connect, &ok.payload).unwrap();
-        assert_eq!(root, Some(&serde_json::json!({"a": 3})));
+        assert_eq!(root, Some(serde_json::json!({"a": 3})));
         let f = field(Source::Value);
         assert_eq!(
-            cell(&f, Element::Text, &ok, root),
+            cell(&f, Element::Text, &ok, Envelope::Connect, root.as_ref()),
             Ok(Cell::Text("{\"a\":3}".to_owned()))
         );
-        for bad in [r#"{"a": 3}"#, "[1]", "3"] {
+        let null = message(Some(r#"{"payload": null, "schema": {"x": [1, {"y": 2}]}}"#));
+        assert_eq!(
+            unwrap(Envelope::Connect, &null.payload),
+            Ok(Some(Value::Null))
+        );
+        for bad in [r#"{"a": 3}"#, "[1]", "3", "[{\"payload\": 1}]"] {
             let m = message(Some(bad));
             assert!(unwrap(Envelope::Connect, &m.payload)
                 .unwrap_err()

@@ -70,7 +70,11 @@ async fn balances_from_typed_fields_refuse_each_bad_field_by_name() {
             .unwrap();
         let balances: Vec<(i64, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
         assert_eq!(balances, [(1, 7), (2, -7), (3, i64::MAX)], "{mode}");
-        assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 9, "the tombstone is not in it");
+        assert_eq!(
+            count(&pool, "SELECT count(*) FROM inbox").await,
+            9,
+            "the tombstone is not in it"
+        );
     }
 }
 
