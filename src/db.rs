@@ -317,6 +317,27 @@ fn url_error(e: &tokio_postgres::Error) -> DbError {
     }
 }
 
+/// The most connections [`warm`] opens: a larger pool fills as the load needs it.
+const WARM_CONNECTIONS: usize = 16;
+
+/// Opens the pool's connections (up to [`WARM_CONNECTIONS`]) at once and prepares `statements`
+/// on each, into the connection's statement cache, so that the first batches neither connect
+/// nor plan. Best effort: a statement or a connection that fails is left to the batch that needs
+/// it, which reports it.
+pub(crate) async fn warm(pool: Pool, statements: Vec<String>) {
+    let n = pool.status().max_size.min(WARM_CONNECTIONS);
+    let clients = futures::future::join_all((0..n).map(|_| pool.get())).await;
+    let prepared = clients.iter().flatten().map(|client| async {
+        for sql in &statements {
+            if let Err(e) = client.prepare_cached(sql).await {
+                tracing::debug!("warming a connection: {}", crate::one_line::pg_line(&e));
+                return;
+            }
+        }
+    });
+    futures::future::join_all(prepared).await;
+}
+
 /// Creates or upgrades the core's tables: applies the core's [`MIGRATIONS`] not yet applied,
 /// in one transaction under the migration lock, and returns the versions applied now (empty
 /// when the core is current). A handler with tables of its own migrates them apart (the ledger:

@@ -102,6 +102,15 @@ pub async fn run_with_stats<H: Handler>(
     config.kafka.check(config.offsets_in_db)?;
     // Positions in the database are the consumer group's: Kafka's group id.
     let positions = config.offsets_in_db.then_some(config.kafka.group.as_str());
+    // While the consumer joins its group: the connections the first batches will use, opened,
+    // their statements prepared.
+    let mut statements = handler.statements();
+    statements.extend(
+        crate::pipeline::inbox::STATEMENTS
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    tokio::spawn(crate::db::warm(pool.clone(), statements));
     let workers = Workers::new(&config, positions, pool.clone(), handler, stats.clone());
     let source = KafkaSource {
         settings: config.kafka,

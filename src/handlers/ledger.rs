@@ -127,6 +127,10 @@ impl Handler for Ledger {
         batched::handle(tx, messages).await
     }
 
+    fn statements(&self) -> Vec<String> {
+        batched::STATEMENTS.iter().map(|s| s.to_string()).collect()
+    }
+
     async fn handle_one(
         &self,
         tx: &Transaction<'_>,

@@ -299,6 +299,11 @@ impl SqlHandler {
 impl Handler for SqlHandler {
     type Payload = JsonPayload;
 
+    fn statements(&self) -> Vec<String> {
+        let all = self.fallback.iter().chain(self.by_topic.values());
+        all.map(|s| s.sql.clone()).collect()
+    }
+
     async fn handle(
         &self,
         tx: &Transaction<'_>,

@@ -53,6 +53,14 @@ pub trait Handler: Send + Sync + 'static {
         messages: &[Message<Self::Payload>],
     ) -> impl Future<Output = Result<Vec<Rejection>, HandlerError>> + Send;
 
+    /// The statements [`Handler::handle`] prepares on every batch, prepared on the pool's
+    /// connections when the processor starts, while the consumer joins its group, so that the
+    /// first batches do not pay for connecting and planning. The default: none (the first batch
+    /// on each connection prepares them).
+    fn statements(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Applies one new message: the per-message baseline's path. The default calls
     /// [`Handler::handle`] with a one-element slice; a handler may provide a leaner version with
     /// the same semantics.

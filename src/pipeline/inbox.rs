@@ -33,6 +33,14 @@ pub use crate::reason::ReasonCounts;
 use crate::source::positions::{OffsetTarget, Written};
 use crate::unsafe_controls::UnsafeControls;
 
+/// The statements of a batch's transaction besides the handler's (the dedup insert with and
+/// without the position, the dead letters), for [`crate::db::warm`].
+pub(crate) const STATEMENTS: [&str; 3] = [
+    crate::db::sql::INSERT_IDS_AND_OFFSET,
+    crate::db::sql::INSERT_IDS,
+    crate::db::sql::INSERT_DEAD_LETTERS,
+];
+
 mod minimal_rows;
 use minimal_rows::refused_rows;
 mod poison;

@@ -34,6 +34,15 @@ use crate::error::HandlerError;
 use crate::pipeline::handler::Rejection;
 use crate::pipeline::message::Message;
 
+/// The statements of a batch that goes the usual way: the guarded update, then the exact path's
+/// lock, creation and write.
+pub(super) const STATEMENTS: [&str; 4] = [
+    GUARDED_UPDATE,
+    LOCK_ACCOUNTS,
+    ENSURE_ACCOUNTS,
+    WRITE_BALANCES,
+];
+
 /// Whether the exact path may wait for a row lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Locking {
