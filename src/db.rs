@@ -320,20 +320,25 @@ fn url_error(e: &tokio_postgres::Error) -> DbError {
 /// The most connections [`warm`] opens: a larger pool fills as the load needs it.
 const WARM_CONNECTIONS: usize = 16;
 
-/// Opens the pool's connections (up to [`WARM_CONNECTIONS`]) at once and prepares `statements`
-/// on each, into the connection's statement cache, so that the first batches neither connect
-/// nor plan. Best effort: a statement or a connection that fails is left to the batch that needs
-/// it, which reports it.
+/// Opens the pool's free connections (up to [`WARM_CONNECTIONS`]) at once and prepares
+/// `statements` on each, into the connection's statement cache, so that the first batches
+/// neither connect nor plan. It never waits for a connection another task holds, and returns
+/// each to the pool as soon as its statements are prepared. Best effort: a statement that fails
+/// to prepare is left to the batch that needs it, which reports it.
 pub(crate) async fn warm(pool: Pool, statements: Vec<String>) {
     let n = pool.status().max_size.min(WARM_CONNECTIONS);
-    let clients = futures::future::join_all((0..n).map(|_| pool.get())).await;
-    let prepared = clients.iter().flatten().map(|client| async {
+    let free = deadpool_postgres::Timeouts {
+        wait: Some(Duration::ZERO),
+        ..pool.timeouts()
+    };
+    let clients = futures::future::join_all((0..n).map(|_| pool.timeout_get(&free))).await;
+    let prepared = clients.into_iter().flatten().map(|client| async {
         for sql in &statements {
             if let Err(e) = client.prepare_cached(sql).await {
                 tracing::debug!("warming a connection: {}", crate::one_line::pg_line(&e));
-                return;
             }
         }
+        drop(client);
     });
     futures::future::join_all(prepared).await;
 }

@@ -6,7 +6,7 @@
 //! anything; each failure is one line (exit 1).
 
 use batch_inbox::{
-    db, ledger, ledger::Ledger, redrive, retention, DbError, SqlHandler, SqlStatement,
+    db, ledger, ledger::Ledger, redrive, retention, DbError, SqlHandler, SqlStatement, ValueFormat,
 };
 
 use super::dead_letters::{ListArgs, RedriveArgs};
@@ -164,8 +164,16 @@ pub(crate) async fn sql_handler(
     }
     let mut by_topic = Vec::new();
     let mut fallback = None;
+    let (_, values) = args.reading();
     for apply in &args.apply_sql {
         let statement = prepare_sql(pool, apply).await?;
+        if statement.reads_json() && values != ValueFormat::Json {
+            anyhow::bail!(
+                "--apply-sql {}: it reads the value as JSON (a `value /POINTER` field or `envelope = \
+                 connect`), which needs --value-format json, not {values}",
+                apply.path.display()
+            );
+        }
         statement.check_grants(pool, command).await?;
         match &apply.topic {
             Some(topic) => by_topic.push((topic.clone(), statement)),

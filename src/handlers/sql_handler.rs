@@ -154,6 +154,12 @@ impl SqlStatement {
         self.rejections.is_some()
     }
 
+    /// Whether its file reads the values as JSON (fields `value /POINTER`, `envelope =
+    /// connect`): it needs `--value-format json`.
+    pub fn reads_json(&self) -> bool {
+        self.declared.reads_json()
+    }
+
     /// Runs the statement on `messages` (one topic's, in order); rejections by index in them.
     /// A message whose declared fields or envelope do not fit is refused before it runs, and
     /// never reaches it; a batch with no message left does not run it.
@@ -185,11 +191,11 @@ impl SqlStatement {
             let (mut kept, mut refused, mut values) = (Vec::new(), Vec::new(), Vec::new());
             for (i, m) in messages.iter().enumerate() {
                 match typed::unwrap(envelope, &m.payload) {
-                    Ok(root) => {
+                    Ok(data) => {
                         kept.push(i);
-                        values.push(root.map_or_else(
+                        values.push(data.map_or_else(
                             || String::from_utf8_lossy(m.payload.as_bytes()).into_owned(),
-                            |v| v.to_string(),
+                            str::to_owned,
                         ));
                     }
                     Err(detail) => refused.push(Rejection::new(i, Reason::InvalidPayload, detail)),

@@ -34,10 +34,12 @@ use crate::source::positions::{OffsetTarget, Written};
 use crate::unsafe_controls::UnsafeControls;
 
 /// The statements of a batch's transaction besides the handler's (the dedup insert with and
-/// without the position, the dead letters), for [`crate::db::warm`].
-pub(crate) const STATEMENTS: [&str; 3] = [
+/// without the position, for a batch and for one message; the dead letters), for [`crate::db::warm`].
+pub(crate) const STATEMENTS: [&str; 5] = [
     crate::db::sql::INSERT_IDS_AND_OFFSET,
     crate::db::sql::INSERT_IDS,
+    crate::db::sql::INSERT_ONE_ID_AND_OFFSET,
+    crate::db::sql::INSERT_ONE_ID,
     crate::db::sql::INSERT_DEAD_LETTERS,
 ];
 

@@ -13,6 +13,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio_postgres::types::{Kind, ToSql, Type};
 use uuid::Uuid;
@@ -87,6 +88,17 @@ pub(super) enum Envelope {
 pub(super) struct Declarations {
     pub(super) fields: Vec<Field>,
     pub(super) envelope: Envelope,
+}
+
+impl Declarations {
+    /// Whether they read the value as JSON: a field of it, or an envelope.
+    pub(super) fn reads_json(&self) -> bool {
+        self.envelope == Envelope::Connect
+            || self
+                .fields
+                .iter()
+                .any(|f| matches!(f.source, Source::Pointer(_)))
+    }
 }
 
 /// The declarations of `sql`: its lines that begin with [`PREFIX`] (after blanks).
@@ -379,7 +391,7 @@ enum Column {
     Text(Vec<Option<String>>),
     Bool(Vec<Option<bool>>),
     Uuid(Vec<Option<Uuid>>),
-    Jsonb(Vec<Option<Value>>),
+    Jsonb(Vec<Option<JsonText>>),
     Bytea(Vec<Option<Vec<u8>>>),
     Timestamptz(Vec<Option<SystemTime>>),
 }
@@ -396,7 +408,7 @@ enum Cell {
     Text(String),
     Bool(bool),
     Uuid(Uuid),
-    Jsonb(Value),
+    Jsonb(JsonText),
     Bytea(Vec<u8>),
     Timestamptz(SystemTime),
 }
@@ -504,11 +516,29 @@ pub(super) fn input(
     let mut kept = Vec::with_capacity(messages.len());
     let mut refused = Vec::new();
     let mut cells = Vec::with_capacity(fields.len());
+    let pointers = fields
+        .iter()
+        .any(|f| matches!(f.source, Source::Pointer(_)));
+    let tombstones = fields.iter().any(|f| f.source == Source::Tombstone);
     for (i, m) in messages.iter().enumerate() {
         cells.clear();
-        let row = unwrap(envelope, &m.payload).and_then(|root| {
+        if m.payload.is_tombstone() && !tombstones {
+            let detail = "the record has no value (a tombstone), and the statement declares no \
+                          `tombstone` parameter to receive it";
+            refused.push(Rejection::new(i, Reason::EmptyPayload, detail));
+            continue;
+        }
+        let row = unwrap(envelope, &m.payload).and_then(|data| {
+            // Parsed once, and only for a statement that reads fields of it.
+            let root: Option<Value> = match (pointers, data) {
+                (true, Some(text)) => Some(
+                    serde_json::from_str(text)
+                        .map_err(|e| format!("the value is not JSON: {e}"))?,
+                ),
+                _ => None,
+            };
             for (field, &e) in fields.iter().zip(elements) {
-                cells.push(cell(field, e, m, envelope, root.as_ref())?);
+                cells.push(cell(field, e, m, data, root.as_ref())?);
             }
             Ok(())
         });
@@ -529,23 +559,22 @@ pub(super) fn input(
     }
 }
 
-/// The data of a message's value, parsed: the value, or the envelope's payload (the schema is
-/// skipped, not built); `None` for a tombstone or a value that is not the record's own JSON
-/// (`--value-format text` or `bytes`).
-pub(super) fn unwrap(envelope: Envelope, payload: &JsonPayload) -> Result<Option<Value>, String> {
+/// The data of a message's value as JSON text, exactly as received: the value, or the
+/// envelope's payload (the schema is skipped, not built); `None` for a tombstone or a value that
+/// is not the record's own JSON (`--value-format text` or `bytes`).
+pub(super) fn unwrap(envelope: Envelope, payload: &JsonPayload) -> Result<Option<&str>, String> {
     let Some(json) = payload.json() else {
         return Ok(None);
     };
+    // Checked at decoding: JSON, hence UTF-8.
+    let text = std::str::from_utf8(json).map_err(|e| format!("the value is not UTF-8: {e}"))?;
     match envelope {
-        // Checked at decoding: it parses.
-        Envelope::None => serde_json::from_slice(json)
-            .map(Some)
-            .map_err(|e| format!("the value is not JSON: {e}")),
+        Envelope::None => Ok(Some(text)),
         Envelope::Connect => {
-            let object = json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-            let read = object.then(|| serde_json::from_slice::<Connect>(json).ok());
+            let object = text.trim_start().starts_with('{');
+            let read = object.then(|| serde_json::from_str::<Connect<'_>>(text).ok());
             match read.flatten().map(|c| c.payload) {
-                Some(Slot::Given(payload)) => Ok(Some(payload)),
+                Some(Slot::Given(payload)) => Ok(Some(payload.get())),
                 _ => Err(
                     "the value is not a Kafka Connect JSON envelope: it has no \"payload\" field"
                         .to_owned(),
@@ -555,25 +584,48 @@ pub(super) fn unwrap(envelope: Envelope, payload: &JsonPayload) -> Result<Option
     }
 }
 
-/// Kafka Connect's JSON envelope: the payload, the schema skipped.
+/// Kafka Connect's JSON envelope: the payload's text, the schema skipped.
 #[derive(serde::Deserialize)]
-struct Connect {
-    #[serde(default)]
-    payload: Slot,
+struct Connect<'a> {
+    #[serde(borrow, default)]
+    payload: Slot<'a>,
 }
 
 /// A member that may be missing (`null` is a value).
 #[derive(Default)]
-enum Slot {
+enum Slot<'a> {
     #[default]
     Missing,
-    Given(Value),
+    Given(&'a RawValue),
 }
 
-impl<'de> serde::Deserialize<'de> for Slot {
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Slot<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Value::deserialize(d).map(Slot::Given)
+        <&RawValue>::deserialize(d).map(Slot::Given)
     }
+}
+
+/// JSON text sent as a `jsonb` element, as it is (binary format: version 1, then the text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct JsonText(String);
+
+impl ToSql for JsonText {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use bytes::BufMut;
+        out.put_u8(1);
+        out.put_slice(self.0.as_bytes());
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSONB
+    }
+
+    tokio_postgres::types::to_sql_checked!();
 }
 
 /// What a field is when it is not there.
@@ -587,13 +639,13 @@ fn cell(
     field: &Field,
     e: Element,
     m: &Message<JsonPayload>,
-    envelope: Envelope,
+    data: Option<&str>,
     root: Option<&Value>,
 ) -> Result<Cell, String> {
     let got = match &field.source {
         // A tombstone has no value: its value fields are NULL, whatever `optional` says.
         Source::Value | Source::Pointer(_) if m.payload.is_tombstone() => return Ok(Cell::Null),
-        source => from_source(source, e, m, envelope, root),
+        source => from_source(source, e, m, data, root),
     };
     let problem = match got {
         Ok(Ok(cell)) => return Ok(cell),
@@ -612,7 +664,7 @@ fn from_source(
     source: &Source,
     e: Element,
     m: &Message<JsonPayload>,
-    envelope: Envelope,
+    data: Option<&str>,
     root: Option<&Value>,
 ) -> Got {
     let raw = &m.raw;
@@ -644,15 +696,15 @@ fn from_source(
                 Some(bytes) => bytes_cell(e, bytes, "its value")?,
             },
         },
-        Source::Value => match (e, root) {
-            (Element::Jsonb, Some(v)) => Cell::Jsonb(v.clone()),
-            // An envelope's payload: its JSON text.
-            (Element::Text, Some(v)) if envelope == Envelope::Connect => Cell::Text(v.to_string()),
+        // The data's text as received (an envelope's payload's), never re-written.
+        Source::Value => match (e, data) {
+            (Element::Jsonb, Some(text)) => Cell::Jsonb(JsonText(text.to_owned())),
+            (Element::Text, Some(text)) => Cell::Text(text.to_owned()),
             (Element::Bytea, _) => Cell::Bytea(raw.payload.as_deref().unwrap_or_default().to_vec()),
-            (Element::Jsonb, None) => match serde_json::from_slice(m.payload.as_bytes()) {
-                Ok(v) => Cell::Jsonb(v),
-                Err(e) => return Err(format!("is not JSON: {e}")),
-            },
+            // `text` and `bytes` values: the JSON built at decoding (a string, `{"hex": …}`).
+            (Element::Jsonb, None) => Cell::Jsonb(JsonText(
+                String::from_utf8_lossy(m.payload.as_bytes()).into_owned(),
+            )),
             _ => bytes_cell(e, raw.payload.as_deref().unwrap_or_default(), "the value")?,
         },
         Source::Pointer(pointer) => {
@@ -712,7 +764,7 @@ fn json_cell(e: Element, v: &Value) -> Result<Cell, String> {
             let text = v.as_str().ok_or_else(|| wrong("a UUID string"))?;
             Cell::Uuid(Uuid::parse_str(text.trim()).map_err(|_| wrong("a UUID"))?)
         }
-        Element::Jsonb => Cell::Jsonb(v.clone()),
+        Element::Jsonb => Cell::Jsonb(JsonText(v.to_string())),
         Element::Timestamptz => match (v.as_i64(), v.as_str()) {
             (Some(ms), _) => Cell::Timestamptz(time(ms)?),
             (None, Some(text)) => match text.parse::<jiff::Timestamp>() {
@@ -871,8 +923,9 @@ mod tests {
 
     fn one(source: Source, e: Element, value: Option<&str>) -> Result<Cell, String> {
         let m = message(value);
-        let root = unwrap(Envelope::None, &m.payload).unwrap();
-        cell(&field(source), e, &m, Envelope::None, root.as_ref())
+        let data = unwrap(Envelope::None, &m.payload).unwrap();
+        let root: Option<Value> = data.map(|d| serde_json::from_str(d).unwrap());
+        cell(&field(source), e, &m, data, root.as_ref())
     }
 
     fn at(pointer: &str, e: Element, value: &str) -> Result<Cell, String> {
@@ -898,7 +951,7 @@ mod tests {
         );
         assert_eq!(
             at("/o", Element::Jsonb, v),
-            Ok(Cell::Jsonb(serde_json::json!({"a": [1]})))
+            Ok(Cell::Jsonb(JsonText("{\"a\":[1]}".to_owned())))
         );
         assert_eq!(
             at("/t", Element::Timestamptz, v),
@@ -942,18 +995,18 @@ mod tests {
     #[test]
     fn optional_fields_are_null_and_tombstones_have_no_value_fields() {
         let m = message(Some("{\"z\": null}"));
-        let root = unwrap(Envelope::None, &m.payload).unwrap();
-        let root = root.as_ref();
+        let parsed: Value = serde_json::json!({"z": null});
+        let root = Some(&parsed);
         let opt = |s: &str| Field {
             source: Source::Pointer(s.to_owned()),
             optional: true,
         };
         assert_eq!(
-            cell(&opt("/z"), Element::Int8, &m, Envelope::None, root),
+            cell(&opt("/z"), Element::Int8, &m, None, root),
             Ok(Cell::Null)
         );
         assert_eq!(
-            cell(&opt("/q"), Element::Int8, &m, Envelope::None, root),
+            cell(&opt("/q"), Element::Int8, &m, None, root),
             Ok(Cell::Null)
         );
         let bad = Field {
@@ -961,9 +1014,9 @@ mod tests {
             optional: true,
         };
         let wrong = message(Some("{\"z\": \"1\"}"));
-        let root = unwrap(Envelope::None, &wrong.payload).unwrap();
+        let parsed: Value = serde_json::json!({"z": "1"});
         assert!(
-            cell(&bad, Element::Int8, &wrong, Envelope::None, root.as_ref()).is_err(),
+            cell(&bad, Element::Int8, &wrong, None, Some(&parsed)).is_err(),
             "optional is about absence, never a wrong type"
         );
         for (source, e) in [
@@ -1017,27 +1070,31 @@ mod tests {
         );
         assert_eq!(
             one(Source::Value, Element::Jsonb, v),
-            Ok(Cell::Jsonb(serde_json::json!([1])))
+            Ok(Cell::Jsonb(JsonText("[1]".to_owned())))
+        );
+        // The value's text as received: every digit kept, spacing too.
+        let exact = r#"{"n": 123456789012345678901234567890, "x": 0.10000000000000000001}"#;
+        assert_eq!(
+            one(Source::Value, Element::Jsonb, Some(exact)),
+            Ok(Cell::Jsonb(JsonText(exact.to_owned())))
         );
     }
 
     #[test]
     fn the_connect_envelope_is_unwrapped_or_refused() {
         let ok = message(Some(
-            r#"{"schema": {"type": "struct"}, "payload": {"a": 3}}"#,
+            r#"{"schema": {"type": "struct"}, "payload": {"a": 3, "big": 123456789012345678901234567890}}"#,
         ));
-        let root = unwrap(Envelope::Connect, &ok.payload).unwrap();
-        assert_eq!(root, Some(serde_json::json!({"a": 3})));
+        let data = unwrap(Envelope::Connect, &ok.payload).unwrap();
+        let payload = r#"{"a": 3, "big": 123456789012345678901234567890}"#;
+        assert_eq!(data, Some(payload), "the payload's text as received");
         let f = field(Source::Value);
         assert_eq!(
-            cell(&f, Element::Text, &ok, Envelope::Connect, root.as_ref()),
-            Ok(Cell::Text("{\"a\":3}".to_owned()))
+            cell(&f, Element::Text, &ok, data, None),
+            Ok(Cell::Text(payload.to_owned()))
         );
         let null = message(Some(r#"{"payload": null, "schema": {"x": [1, {"y": 2}]}}"#));
-        assert_eq!(
-            unwrap(Envelope::Connect, &null.payload),
-            Ok(Some(Value::Null))
-        );
+        assert_eq!(unwrap(Envelope::Connect, &null.payload), Ok(Some("null")));
         for bad in [r#"{"a": 3}"#, "[1]", "3", "[{\"payload\": 1}]"] {
             let m = message(Some(bad));
             assert!(unwrap(Envelope::Connect, &m.payload)
@@ -1078,5 +1135,32 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(input.params().len(), 2);
+
+        // A tombstone reaches only a statement that declares `tombstone`.
+        let tombstone = [message(None)];
+        let refs: Vec<&Message<JsonPayload>> = tombstone.iter().collect();
+        let refused = super::input(
+            &fields,
+            &[Element::Uuid, Element::Int8],
+            Envelope::None,
+            &refs,
+        );
+        assert!(refused.kept.is_empty());
+        assert_eq!(refused.refused[0].reason, Reason::EmptyPayload);
+        let with = [
+            field(Source::Tombstone),
+            field(Source::Pointer("/n".to_owned())),
+        ];
+        let taken = super::input(
+            &with,
+            &[Element::Bool, Element::Int8],
+            Envelope::None,
+            &refs,
+        );
+        assert_eq!(taken.kept, [0]);
+        match &taken.columns[1] {
+            Column::Int8(v) => assert_eq!(v, &[None], "a tombstone's value fields are NULL"),
+            other => panic!("{other:?}"),
+        }
     }
 }

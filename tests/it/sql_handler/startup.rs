@@ -79,6 +79,21 @@ async fn a_statement_that_cannot_run_ends_the_process_before_anything_is_consume
             run.stderr
         );
     }
+    // A file that reads the value as JSON, with values that are not.
+    let pointer = dir.join("pointer.sql");
+    std::fs::write(
+        &pointer,
+        "-- batch-inbox: $1 = value /a\nSELECT unnest($1::bigint[])",
+    )
+    .unwrap();
+    let run = apply(&world, &url, "g", &pointer, &["--value-format", "text"]).await;
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("which needs --value-format json, not text"),
+        "{}",
+        run.stderr
+    );
     let missing = dir.join("missing.sql");
     let run = apply(&world, &url, "g", &missing, &[]).await;
     assert_eq!(run.code, Some(1), "{}", run.stderr);
