@@ -175,6 +175,8 @@ start_broker() {
   else
     start_kafka "$1/kafka" || return 1
     BROKER_KIND="Apache Kafka $KAFKA_VERSION (one KRaft node)"
+    [ "${KAFKA_JVM:-}" != stock ] ||
+      BROKER_KIND="Apache Kafka $KAFKA_VERSION (one KRaft node, Kafka's stock JVM settings)"
   fi
 }
 stop_broker() {

@@ -3,6 +3,10 @@
 #
 #   scripts/loadtest.sh           full run (1,000,000 messages), results in results/
 #   scripts/loadtest.sh --quick   smoke run (small input, a few minutes), results in target/loadtest-quick/
+#   scripts/loadtest.sh --latency  the default settings at fixed rates alone: REPEATS (5) runs of
+#                                 each of DEFAULT_RATES, the rates in turn (a rate's runs about
+#                                 two minutes apart), with PostgreSQL's WAL syncs, their time and
+#                                 the checkpoints of each run; results in results/latency/
 #   scripts/loadtest.sh --sql-handler   the SQL handler against the Rust ledger alone: ROUNDS
 #                                 (3) rounds of the ledger, the typed statement and the jsonb one
 #                                 at SQL_BATCH_SIZE on one input of MESSAGES (400,000), in turn;
@@ -37,10 +41,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-quick=0 sql_only=0
+quick=0 sql_only=0 latency_only=0
 [ "${1:-}" = "--quick" ] && quick=1
 [ "${1:-}" = "--sql-handler" ] && sql_only=1
-if [ "$sql_only" = 1 ]; then
+[ "${1:-}" = "--latency" ] && latency_only=1
+if [ "$latency_only" = 1 ]; then
+  MESSAGES=${MESSAGES:-0}; ACCOUNTS=${ACCOUNTS:-100000}; OUT=${OUT:-results}
+  DEFAULT_RATES=${DEFAULT_RATES:-"1000 5000 10000 20000"}; REPEATS=${REPEATS:-5}
+  LATENCY_SECONDS=${LATENCY_SECONDS:-20}
+elif [ "$sql_only" = 1 ]; then
   MESSAGES=${MESSAGES:-400000}; ACCOUNTS=${ACCOUNTS:-100000}; OUT=${OUT:-results}
   ROUNDS=${ROUNDS:-3}
 elif [ "$quick" = 1 ]; then
@@ -68,6 +77,7 @@ bin=./target/release/batch-inbox bench=./target/release/batch-inbox-bench
 work=$(mktemp -d)
 set_dir=loadtest
 [ "$sql_only" = 1 ] && set_dir=sql-handler
+[ "$latency_only" = 1 ] && set_dir=latency
 runs="$OUT/$set_dir/runs"
 cpu="$OUT/$set_dir/cpu"
 mkdir -p "$runs" "$cpu"
@@ -240,6 +250,53 @@ default_batching=$($bin run --print-config | sed -n 's/^batching = "\([a-z]*\)".
 machine_json
 pg_data=$(psql -Atq -h 127.0.0.1 -U postgres -c "SHOW data_directory")
 rm -f "$OUT/loadtest/replay.jsonl"
+
+# wal_counters: PostgreSQL's WAL syncs, their total time (ms; track_wal_io_timing is on) and the
+# checkpoints so far, one line.
+wal_counters() {
+  psql -Atq -h 127.0.0.1 -U postgres -F ' ' -c "SELECT w.wal_sync, w.wal_sync_time,
+    b.checkpoints_timed + b.checkpoints_req FROM pg_stat_wal w, pg_stat_bgwriter b"
+}
+
+if [ "$latency_only" = 1 ]; then
+  if [ "$(psql -Atq -h 127.0.0.1 -U postgres -c 'SHOW track_wal_io_timing')" != on ]; then
+    psql -q -h 127.0.0.1 -U postgres -c "ALTER SYSTEM SET track_wal_io_timing = on" \
+      -c "SELECT pg_reload_conf()" >/dev/null
+  fi
+  processor=($bin run --pool-size "$POOL_SIZE")
+  table="$OUT/$set_dir/summary.md"
+  rows="$work/latency-rows"
+  for repeat in $(seq 1 "$REPEATS"); do
+    for rate in $DEFAULT_RATES; do
+      label="default-r$rate-n$repeat"
+      read -r syncs sync_ms checkpoints < <(wal_counters)
+      latency_run "$label" "$rate" "${processor[@]}"
+      read -r syncs2 sync_ms2 checkpoints2 < <(wal_counters)
+      r="$runs/$label.json"
+      echo "$rate $repeat $($bench json get "$r" e2e_latency_ms.p50) $($bench json get "$r" \
+        e2e_latency_ms.p99) $($bench json get "$r" e2e_latency_ms.max) $((syncs2 - syncs)) \
+        $sync_ms $sync_ms2 $((checkpoints2 - checkpoints))" >>"$rows"
+    done
+  done
+  {
+    echo "# The default settings at fixed rates, repeated"
+    echo
+    echo "$REPEATS runs of each rate, $LATENCY_SECONDS s each after $WARMUP_S s of an idle," \
+      "assigned processor, the rates in turn; $broker_kind; latency from each record's" \
+      "CreateTime to its batch's COMMIT, in ms. WAL syncs and their time from pg_stat_wal" \
+      "(track_wal_io_timing on), checkpoints from pg_stat_bgwriter, over each run." \
+      "\`scripts/loadtest.sh --latency\` on $(date -u '+%Y-%m-%d %H:%M') UTC."
+    echo
+    echo "| msgs/s | run | p50 | p99 | max | WAL syncs | ms per WAL sync | checkpoints |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+    sort -n -k1,1 -k2,2 "$rows" | awk '{
+      per = ($6 > 0) ? ($8 - $7) / $6 : 0
+      printf "| %d | %d | %.1f | %.1f | %.1f | %d | %.2f | %d |\n", $1, $2, $3, $4, $5, $6, per, $9 }'
+  } >"$table"
+  cat "$table"
+  log "done: $table"
+  exit 0
+fi
 
 topic="loadtest-$stamp"
 log "producing $MESSAGES messages to $topic ($PARTITIONS partitions)"
