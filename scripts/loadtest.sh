@@ -6,7 +6,10 @@
 #   scripts/loadtest.sh --latency  the default settings at fixed rates alone: REPEATS (5) runs of
 #                                 each of DEFAULT_RATES, the rates in turn (a rate's runs about
 #                                 two minutes apart), with PostgreSQL's WAL syncs, their time and
-#                                 the checkpoints of each run; results in results/latency/
+#                                 the checkpoints while each run's input flows (PostgreSQL 15 or
+#                                 16: pg_stat_wal's sync columns, pg_stat_bgwriter's checkpoints;
+#                                 it switches track_wal_io_timing on and leaves it on); results
+#                                 in results/latency/
 #   scripts/loadtest.sh --sql-handler   the SQL handler against the Rust ledger alone: ROUNDS
 #                                 (3) rounds of the ledger, the typed statement and the jsonb one
 #                                 at SQL_BATCH_SIZE on one input of MESSAGES (400,000), in turn;
@@ -214,12 +217,15 @@ latency_run() {
   # offset lookup); records produced meanwhile would measure the start-up, not the steady state.
   sleep "$WARMUP_S"
   cpu_mark "$label" start
+  # --latency: PostgreSQL's WAL and checkpoints over the traffic alone.
+  if [ "$latency_only" = 1 ]; then wal_counters >"$work/$label.wal"; fi
   $bench produce --topic "$topic" --messages "$n" --accounts "$ACCOUNTS" --rate "$rate" \
     --duplicate-ratio "$DUPLICATE_RATIO" --bad-ratio "$BAD_RATIO" --debit-ratio "$DEBIT_RATIO" \
     --id-version "$ID_VERSION" --seed 2 --expect "$work/$label.expected.json" \
     --ack-report "$work/$label.acks.json" >/dev/null
   wait "$run_pid" || { cat "$work/$label.err" >&2; return 1; }
   cpu_mark "$label" stop
+  if [ "$latency_only" = 1 ]; then wal_counters >>"$work/$label.wal"; fi
   # The producer's side of each record's latency (timestamp to the broker's acknowledgement).
   $bench report merge-acks --run "$runs/$label.json" --acks "$work/$label.acks.json"
 }
@@ -249,7 +255,8 @@ loadtest_broker
 default_batching=$($bin run --print-config | sed -n 's/^batching = "\([a-z]*\)".*/\1/p')
 machine_json
 pg_data=$(psql -Atq -h 127.0.0.1 -U postgres -c "SHOW data_directory")
-rm -f "$OUT/loadtest/replay.jsonl"
+# Only the full and quick runs replay (the other modes must not remove a committed replay).
+if [ "$set_dir" = loadtest ]; then rm -f "$OUT/loadtest/replay.jsonl"; fi
 
 # wal_counters: PostgreSQL's WAL syncs, their total time (ms; track_wal_io_timing is on) and the
 # checkpoints so far, one line.
@@ -269,13 +276,14 @@ if [ "$latency_only" = 1 ]; then
   for repeat in $(seq 1 "$REPEATS"); do
     for rate in $DEFAULT_RATES; do
       label="default-r$rate-n$repeat"
-      read -r syncs sync_ms checkpoints < <(wal_counters)
       latency_run "$label" "$rate" "${processor[@]}"
-      read -r syncs2 sync_ms2 checkpoints2 < <(wal_counters)
+      { read -r syncs sync_ms checkpoints; read -r syncs2 sync_ms2 checkpoints2; } <"$work/$label.wal"
       r="$runs/$label.json"
-      echo "$rate $repeat $($bench json get "$r" e2e_latency_ms.p50) $($bench json get "$r" \
-        e2e_latency_ms.p99) $($bench json get "$r" e2e_latency_ms.max) $((syncs2 - syncs)) \
-        $sync_ms $sync_ms2 $((checkpoints2 - checkpoints))" >>"$rows"
+      p50=$($bench json get "$r" e2e_latency_ms.p50)
+      p99=$($bench json get "$r" e2e_latency_ms.p99)
+      max=$($bench json get "$r" e2e_latency_ms.max)
+      echo "$rate $repeat $p50 $p99 $max $((syncs2 - syncs)) $sync_ms $sync_ms2" \
+        "$((checkpoints2 - checkpoints))" >>"$rows"
     done
   done
   {
@@ -284,7 +292,7 @@ if [ "$latency_only" = 1 ]; then
     echo "$REPEATS runs of each rate, $LATENCY_SECONDS s each after $WARMUP_S s of an idle," \
       "assigned processor, the rates in turn; $broker_kind; latency from each record's" \
       "CreateTime to its batch's COMMIT, in ms. WAL syncs and their time from pg_stat_wal" \
-      "(track_wal_io_timing on), checkpoints from pg_stat_bgwriter, over each run." \
+      "(track_wal_io_timing on), checkpoints from pg_stat_bgwriter, while the input flows." \
       "\`scripts/loadtest.sh --latency\` on $(date -u '+%Y-%m-%d %H:%M') UTC."
     echo
     echo "| msgs/s | run | p50 | p99 | max | WAL syncs | ms per WAL sync | checkpoints |"
