@@ -309,18 +309,19 @@ fn push_key(out: &mut String, key: Option<&[u8]>) {
     }
 }
 
-/// JSON text sent as a `jsonb` parameter (binary format: version 1, then the text).
-#[derive(Debug)]
-pub(super) struct Jsonb<'a>(pub(super) &'a str);
+/// JSON text sent as a `jsonb` parameter or array element, as it is (binary format: version 1,
+/// then the text): borrowed (`$1`) or owned (a typed `jsonb[]`'s elements).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Jsonb<T>(pub(super) T);
 
-impl ToSql for Jsonb<'_> {
+impl<T: AsRef<str> + std::fmt::Debug + Sync> ToSql for Jsonb<T> {
     fn to_sql(
         &self,
         _ty: &Type,
         out: &mut BytesMut,
     ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
         out.put_u8(1);
-        out.put_slice(self.0.as_bytes());
+        out.put_slice(self.0.as_ref().as_bytes());
         Ok(IsNull::No)
     }
 

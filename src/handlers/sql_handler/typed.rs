@@ -18,6 +18,7 @@ use serde_json::Value;
 use tokio_postgres::types::{Kind, ToSql, Type};
 use uuid::Uuid;
 
+use super::input::Jsonb;
 use super::JsonPayload;
 use crate::pipeline::handler::Rejection;
 use crate::pipeline::message::{clean_text, Message};
@@ -391,7 +392,7 @@ enum Column {
     Text(Vec<Option<String>>),
     Bool(Vec<Option<bool>>),
     Uuid(Vec<Option<Uuid>>),
-    Jsonb(Vec<Option<JsonText>>),
+    Jsonb(Vec<Option<Jsonb<String>>>),
     Bytea(Vec<Option<Vec<u8>>>),
     Timestamptz(Vec<Option<SystemTime>>),
 }
@@ -408,7 +409,7 @@ enum Cell {
     Text(String),
     Bool(bool),
     Uuid(Uuid),
-    Jsonb(JsonText),
+    Jsonb(Jsonb<String>),
     Bytea(Vec<u8>),
     Timestamptz(SystemTime),
 }
@@ -605,29 +606,6 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for Slot<'a> {
     }
 }
 
-/// JSON text sent as a `jsonb` element, as it is (binary format: version 1, then the text).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct JsonText(String);
-
-impl ToSql for JsonText {
-    fn to_sql(
-        &self,
-        _ty: &Type,
-        out: &mut bytes::BytesMut,
-    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        use bytes::BufMut;
-        out.put_u8(1);
-        out.put_slice(self.0.as_bytes());
-        Ok(tokio_postgres::types::IsNull::No)
-    }
-
-    fn accepts(ty: &Type) -> bool {
-        *ty == Type::JSONB
-    }
-
-    tokio_postgres::types::to_sql_checked!();
-}
-
 /// What a field is when it is not there.
 enum Absent {
     Missing,
@@ -698,11 +676,11 @@ fn from_source(
         },
         // The data's text as received (an envelope's payload's), never re-written.
         Source::Value => match (e, data) {
-            (Element::Jsonb, Some(text)) => Cell::Jsonb(JsonText(text.to_owned())),
+            (Element::Jsonb, Some(text)) => Cell::Jsonb(Jsonb(text.to_owned())),
             (Element::Text, Some(text)) => Cell::Text(text.to_owned()),
             (Element::Bytea, _) => Cell::Bytea(raw.payload.as_deref().unwrap_or_default().to_vec()),
             // `text` and `bytes` values: the JSON built at decoding (a string, `{"hex": …}`).
-            (Element::Jsonb, None) => Cell::Jsonb(JsonText(
+            (Element::Jsonb, None) => Cell::Jsonb(Jsonb(
                 String::from_utf8_lossy(m.payload.as_bytes()).into_owned(),
             )),
             _ => bytes_cell(e, raw.payload.as_deref().unwrap_or_default(), "the value")?,
@@ -764,7 +742,7 @@ fn json_cell(e: Element, v: &Value) -> Result<Cell, String> {
             let text = v.as_str().ok_or_else(|| wrong("a UUID string"))?;
             Cell::Uuid(Uuid::parse_str(text.trim()).map_err(|_| wrong("a UUID"))?)
         }
-        Element::Jsonb => Cell::Jsonb(JsonText(v.to_string())),
+        Element::Jsonb => Cell::Jsonb(Jsonb(v.to_string())),
         Element::Timestamptz => match (v.as_i64(), v.as_str()) {
             (Some(ms), _) => Cell::Timestamptz(time(ms)?),
             (None, Some(text)) => match text.parse::<jiff::Timestamp>() {
@@ -951,7 +929,7 @@ mod tests {
         );
         assert_eq!(
             at("/o", Element::Jsonb, v),
-            Ok(Cell::Jsonb(JsonText("{\"a\":[1]}".to_owned())))
+            Ok(Cell::Jsonb(Jsonb("{\"a\":[1]}".to_owned())))
         );
         assert_eq!(
             at("/t", Element::Timestamptz, v),
@@ -1070,13 +1048,13 @@ mod tests {
         );
         assert_eq!(
             one(Source::Value, Element::Jsonb, v),
-            Ok(Cell::Jsonb(JsonText("[1]".to_owned())))
+            Ok(Cell::Jsonb(Jsonb("[1]".to_owned())))
         );
         // The value's text as received: every digit kept, spacing too.
         let exact = r#"{"n": 123456789012345678901234567890, "x": 0.10000000000000000001}"#;
         assert_eq!(
             one(Source::Value, Element::Jsonb, Some(exact)),
-            Ok(Cell::Jsonb(JsonText(exact.to_owned())))
+            Ok(Cell::Jsonb(Jsonb(exact.to_owned())))
         );
     }
 
