@@ -14,6 +14,14 @@
 #                                 (3) rounds of the ledger, the typed statement and the jsonb one
 #                                 at SQL_BATCH_SIZE on one input of MESSAGES (400,000), in turn;
 #                                 results in results/sql-handler/
+#   scripts/loadtest.sh --soak    the default settings at SOAK_RATE (10,000 msgs/s) for
+#                                 SOAK_MINUTES (30), sampled once a minute (`batch-inbox-bench
+#                                 soak`): p99 from the processor's /metrics, CPU per record of
+#                                 the processor, PostgreSQL and the broker, RSS, the inbox's size,
+#                                 checkpoints, autovacuum runs, WAL syncs and the kernel's dirty
+#                                 pages; a table and a plot in results/soak/ (switches
+#                                 track_wal_io_timing on, as --latency does). The quick run ends
+#                                 with the same soak, SOAK_MINUTES 5 there, in OUT/soak/.
 #
 # Steps: build release; ensure PostgreSQL (with pg_stat_statements, to count statements); start
 # an Apache Kafka node (scripts/kafka/lib.sh; or use $KAFKA_BROKERS, or nisshi with NISSHI_BIN); produce ONE input set with duplicates, bad input and
@@ -44,14 +52,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-quick=0 sql_only=0 latency_only=0
+quick=0 sql_only=0 latency_only=0 soak_only=0
 [ "${1:-}" = "--quick" ] && quick=1
+[ "${1:-}" = "--soak" ] && soak_only=1
+mode_flag=${1:-}
 [ "${1:-}" = "--sql-handler" ] && sql_only=1
 [ "${1:-}" = "--latency" ] && latency_only=1
 if [ "$latency_only" = 1 ]; then
   MESSAGES=${MESSAGES:-0}; ACCOUNTS=${ACCOUNTS:-100000}; OUT=${OUT:-results}
   DEFAULT_RATES=${DEFAULT_RATES:-"1000 5000 10000 20000"}; REPEATS=${REPEATS:-5}
   LATENCY_SECONDS=${LATENCY_SECONDS:-20}
+elif [ "$soak_only" = 1 ]; then
+  MESSAGES=${MESSAGES:-0}; ACCOUNTS=${ACCOUNTS:-100000}; OUT=${OUT:-results}
+  SOAK_MINUTES=${SOAK_MINUTES:-30}
 elif [ "$sql_only" = 1 ]; then
   MESSAGES=${MESSAGES:-400000}; ACCOUNTS=${ACCOUNTS:-100000}; OUT=${OUT:-results}
   ROUNDS=${ROUNDS:-3}
@@ -61,7 +74,7 @@ elif [ "$quick" = 1 ]; then
   DEFAULT_RATES=${DEFAULT_RATES:-"1000 5000"}
   LATENCY_SECONDS=${LATENCY_SECONDS:-10}; OUT=${OUT:-target/loadtest-quick}
   REMOTE_MESSAGES=${REMOTE_MESSAGES:-2000}; REMOTE_DELAYS_MS=${REMOTE_DELAYS_MS:-"2"}
-  SCALE_OUT=${SCALE_OUT:-"2"}
+  SCALE_OUT=${SCALE_OUT:-"2"}; SOAK_MINUTES=${SOAK_MINUTES:-5}
 else
   MESSAGES=${MESSAGES:-1000000}; ACCOUNTS=${ACCOUNTS:-100000}
   BATCH_SIZES=${BATCH_SIZES:-"1 10 100 500 1000 5000"}
@@ -74,13 +87,14 @@ fi
 PARTITIONS=${PARTITIONS:-8}; DUPLICATE_RATIO=${DUPLICATE_RATIO:-0.1}; BAD_RATIO=${BAD_RATIO:-0.01}
 DEBIT_RATIO=${DEBIT_RATIO:-0.3}; ID_VERSION=${ID_VERSION:-7}; LINGER_MS=${LINGER_MS:-20}
 POOL_SIZE=${POOL_SIZE:-$PARTITIONS}; LIGHT_RATE=${LIGHT_RATE:-100}
-SQL_BATCH_SIZE=${SQL_BATCH_SIZE:-1000}; WARMUP_S=${WARMUP_S:-3}
+SQL_BATCH_SIZE=${SQL_BATCH_SIZE:-1000}; WARMUP_S=${WARMUP_S:-3}; SOAK_RATE=${SOAK_RATE:-10000}
 
 bin=./target/release/batch-inbox bench=./target/release/batch-inbox-bench
 work=$(mktemp -d)
 set_dir=loadtest
 [ "$sql_only" = 1 ] && set_dir=sql-handler
 [ "$latency_only" = 1 ] && set_dir=latency
+[ "$soak_only" = 1 ] && set_dir=soak
 runs="$OUT/$set_dir/runs"
 cpu="$OUT/$set_dir/cpu"
 mkdir -p "$runs" "$cpu"
@@ -217,6 +231,8 @@ latency_run() {
   # offset lookup); records produced meanwhile would measure the start-up, not the steady state.
   sleep "$WARMUP_S"
   cpu_mark "$label" start
+  # The soak's watcher starts with the traffic.
+  if [ -n "${on_traffic:-}" ]; then "$on_traffic" "$label" "$db"; fi
   # --latency: PostgreSQL's WAL and checkpoints over the traffic alone.
   if [ "$latency_only" = 1 ]; then wal_counters >"$work/$label.wal"; fi
   $bench produce --topic "$topic" --messages "$n" --accounts "$ACCOUNTS" --rate "$rate" \
@@ -265,11 +281,54 @@ wal_counters() {
     b.checkpoints_timed + b.checkpoints_req FROM pg_stat_wal w, pg_stat_bgwriter b"
 }
 
-if [ "$latency_only" = 1 ]; then
+# PostgreSQL's WAL sync time, for --latency and the soak (left on).
+wal_io_timing() {
   if [ "$(psql -Atq -h 127.0.0.1 -U postgres -c 'SHOW track_wal_io_timing')" != on ]; then
     psql -q -h 127.0.0.1 -U postgres -c "ALTER SYSTEM SET track_wal_io_timing = on" \
       -c "SELECT pg_reload_conf()" >/dev/null
   fi
+}
+
+# soak_watch LABEL DB: `soak watch` on LABEL's processor, in the background ($soak_watcher).
+soak_watch() {
+  local pid
+  pid=$(pgrep -n -f "^$bin run .*--group $1-$stamp( |\$)")
+  DATABASE_URL=$(db_url "$2") $bench soak watch --metrics-addr "$soak_metrics" --pid "$pid" \
+    ${broker_pid:+--broker-pid "$broker_pid"} --out "$soak_dir/samples.jsonl" &
+  soak_watcher=$!
+}
+
+# soak DIR: the default settings at SOAK_RATE for SOAK_MINUTES, watched once a minute; the
+# samples, the run's report, its table and its plot in DIR. The input flows half a minute
+# longer than the minutes measured, so that the last sample falls while records still arrive.
+soak() {
+  soak_dir=$1
+  runs="$soak_dir/runs" cpu="$soak_dir/cpu"
+  mkdir -p "$runs" "$cpu"
+  rm -f "$soak_dir/samples.jsonl" "$runs"/*.json "$cpu"/*.json
+  wal_io_timing
+  soak_metrics="127.0.0.1:$(free_port)"
+  local label="soak-r$SOAK_RATE"
+  LATENCY_SECONDS=$((SOAK_MINUTES * 60 + 30)) on_traffic=soak_watch latency_run "$label" \
+    "$SOAK_RATE" $bin run --pool-size "$POOL_SIZE" --metrics-addr "$soak_metrics"
+  wait "$soak_watcher"
+  $bench soak report --samples "$soak_dir/samples.jsonl" --table "$soak_dir/summary.md" \
+    --plot "$soak_dir/soak.svg" --intro "$SOAK_MINUTES minutes at $SOAK_RATE msgs/s \
+($PARTITIONS partitions, duplicates $DUPLICATE_RATIO, bad input $BAD_RATIO, $ACCOUNTS accounts), \
+the processor's default settings (--pool-size $POOL_SIZE), $WARMUP_S s after its partitions were \
+assigned; $broker_kind; one sample a minute (\`batch-inbox-bench soak watch\`); every record \
+checked against the model afterwards. \`scripts/loadtest.sh $mode_flag\` on $(date -u '+%Y-%m-%d %H:%M') UTC."
+  cat "$soak_dir/summary.md"
+}
+
+if [ "$soak_only" = 1 ]; then
+  soak "$OUT/soak"
+  log "done: $OUT/soak/summary.md"
+  exit 0
+fi
+
+if [ "$latency_only" = 1 ]; then
+  wal_io_timing
   processor=($bin run --pool-size "$POOL_SIZE")
   table="$OUT/$set_dir/summary.md"
   rows="$work/latency-rows"
@@ -441,3 +500,8 @@ floor_run "$LIGHT_RATE"
 
 $bench summary --input "$OUT/loadtest" --output "$OUT"
 log "done: $OUT/summary.md"
+# The quick run's soak (SOAK_MINUTES, 5 here by default).
+if [ "$quick" = 1 ]; then
+  soak "$OUT/soak"
+  log "done: $OUT/soak/summary.md"
+fi

@@ -71,6 +71,9 @@ pub enum Command {
     OutageLines(crate::outage_lines::OutageLinesArgs),
     /// Read values out of a JSON document (`json get FILE PATH…`).
     Json(crate::json_get::JsonArgs),
+    /// The soak (scripts/loadtest.sh --soak): `soak watch` samples a running processor and its
+    /// database once a minute; `soak report` writes the table and the plot per minute.
+    Soak(crate::soak::SoakArgs),
 }
 
 /// `best-rate` flags.

@@ -30,6 +30,8 @@
 //! - [`group_protocol`], [`outage_lines`]: the tables of `scripts/group-protocol-compare.sh` and
 //!   `scripts/outage-lines.sh`.
 //! - [`json_get`]: values of a JSON document, for a script's conditions and messages.
+//! - [`soak`]: the soak, a processor watched once a minute for many minutes, and its table and
+//!   plot per minute.
 //!
 //! The scripts start brokers, databases and processes and call these subcommands: what is
 //! measured, merged, checked or summed is computed here, with unit tests.
@@ -55,5 +57,6 @@ pub mod recovery;
 pub mod replay;
 pub mod replay_compare;
 pub mod report;
+pub mod soak;
 pub mod summary;
 pub mod verify;

@@ -51,6 +51,7 @@ async fn main() -> std::process::ExitCode {
         Command::GroupProtocolReport(args) => batch_inbox_tools::group_protocol::run(&args),
         Command::OutageLines(args) => batch_inbox_tools::outage_lines::run(&args),
         Command::Json(args) => batch_inbox_tools::json_get::run(&args),
+        Command::Soak(args) => batch_inbox_tools::soak::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
