@@ -544,8 +544,54 @@ fn draw(path: &Path, rows: &[Minute], bound_ms: f64) -> Drawn {
         .map(|p| p.1)
         .fold(bound_ms, f64::max)
         * 1.2;
-    let mut chart = ChartBuilder::on(&top)
-        .caption("End-to-end p99 per minute", ("sans-serif", 18))
+    let bound = vec![(0.0, bound_ms), (x_max, bound_ms)];
+    panel(
+        &top,
+        ("End-to-end p99 per minute", "ms"),
+        (x_max, y_max),
+        vec![
+            ("p99: timestamp to COMMIT".into(), p99, BLUE.stroke_width(2)),
+            (
+                "p99: timestamp to arrival at the worker".into(),
+                receive,
+                RED.stroke_width(1),
+            ),
+        ],
+        Some((format!("{bound_ms:.0} ms"), bound)),
+    )?;
+    let rss = points(&|r| Some(r.rss_mb));
+    let inbox = points(&|r| Some(r.inbox.1));
+    let m_max = rss.iter().chain(&inbox).map(|p| p.1).fold(1.0, f64::max) * 1.2;
+    panel(
+        &bottom,
+        ("Processor RSS and inbox size", "MiB"),
+        (x_max, m_max),
+        vec![
+            ("processor RSS".into(), rss, GREEN.stroke_width(2)),
+            (
+                "inbox (table and indexes)".into(),
+                inbox,
+                MAGENTA.stroke_width(2),
+            ),
+        ],
+        None,
+    )?;
+    root.present()
+}
+
+/// A legend entry, its points and its style.
+type Series = (String, Vec<(f64, f64)>, ShapeStyle);
+
+/// One chart of `area` over minutes: `lines`, and a dashed horizontal when given.
+fn panel(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    (caption, unit): (&str, &str),
+    (x_max, y_max): (f64, f64),
+    lines: Vec<Series>,
+    dashed: Option<(String, Vec<(f64, f64)>)>,
+) -> Drawn {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(55)
@@ -553,59 +599,29 @@ fn draw(path: &Path, rows: &[Minute], bound_ms: f64) -> Drawn {
     chart
         .configure_mesh()
         .x_desc("minutes")
-        .y_desc("ms")
+        .y_desc(unit)
         .draw()?;
-    chart
-        .draw_series(LineSeries::new(p99, BLUE.stroke_width(2)))?
-        .label("p99: timestamp to COMMIT")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(2)));
-    chart
-        .draw_series(LineSeries::new(receive, RED.stroke_width(1)))?
-        .label("p99: timestamp to arrival at the worker")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(1)));
-    chart
-        .draw_series(DashedLineSeries::new(
-            vec![(0.0, bound_ms), (x_max, bound_ms)],
-            6,
-            4,
-            BLACK.stroke_width(1),
-        ))?
-        .label(format!("{bound_ms:.0} ms"))
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(1)));
+    let mark = |style: ShapeStyle| move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style);
+    for (label, points, style) in lines {
+        chart
+            .draw_series(LineSeries::new(points, style))?
+            .label(label)
+            .legend(mark(style));
+    }
+    if let Some((label, points)) = dashed {
+        let style = BLACK.stroke_width(1);
+        chart
+            .draw_series(DashedLineSeries::new(points, 6, 4, style))?
+            .label(label)
+            .legend(mark(style));
+    }
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;
-    let rss = points(&|r| Some(r.rss_mb));
-    let inbox = points(&|r| Some(r.inbox.1));
-    let m_max = rss.iter().chain(&inbox).map(|p| p.1).fold(1.0, f64::max) * 1.2;
-    let mut chart = ChartBuilder::on(&bottom)
-        .caption("Processor RSS and inbox size", ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..x_max, 0.0..m_max)?;
-    chart
-        .configure_mesh()
-        .x_desc("minutes")
-        .y_desc("MiB")
-        .draw()?;
-    chart
-        .draw_series(LineSeries::new(rss, GREEN.stroke_width(2)))?
-        .label("processor RSS")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN.stroke_width(2)));
-    chart
-        .draw_series(LineSeries::new(inbox, MAGENTA.stroke_width(2)))?
-        .label("inbox (table and indexes)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], MAGENTA.stroke_width(2)));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()
+    Ok(())
 }
 
 #[cfg(test)]
