@@ -38,7 +38,8 @@
 # configurations below; the same for both works and each additive sink), ADDITIVE_SINKS
 # ("insert by-id"), KILL (0), FLUSH_MS (the peer's offset.flush.interval.ms, 10000),
 # KILL_FLUSH_MS (those of the peer's kill runs, "10000 1000"), KAFKA_BROKERS (an existing broker;
-# otherwise a single Apache Kafka node of its own).
+# otherwise a single Apache Kafka node of its own), MACHINE_NOTE (what else ran on the machine
+# meanwhile, as results.md states it, e.g. "nothing else ran on the machine").
 # Databases are named ${TEST_DATABASE_PREFIX:-bi_}peers_*; they are dropped and created again.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -496,4 +497,5 @@ done
 
 $bench peers table --rows "$work/rows.jsonl" --expect "$work/expect.json" --out "$OUT" \
   --broker "$broker_kind" --messages "$MESSAGES" --partitions "$PARTITIONS" \
-  --accounts "$ACCOUNTS" --flush-ms "$FLUSH_MS"
+  --accounts "$ACCOUNTS" --flush-ms "$FLUSH_MS" \
+  --machine-note "${MACHINE_NOTE:-other work on the machine during the measurement not stated}"

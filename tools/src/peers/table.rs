@@ -45,6 +45,12 @@ pub struct TableArgs {
     /// The PostgreSQL server, for its version.
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     pub server_url: String,
+    /// What else ran on the machine during the measurement, as the operator states it.
+    #[arg(
+        long,
+        default_value = "other work on the machine during the measurement not stated"
+    )]
+    pub machine_note: String,
 }
 
 /// The input as `machine.json` names it.
@@ -72,7 +78,7 @@ pub struct Machine {
     pub memory_gib: f64,
     pub kernel: String,
     pub load_average_at_end: Vec<String>,
-    pub shared: String,
+    pub other_work: String,
     pub postgres: String,
     pub java: String,
     pub broker: String,
@@ -173,13 +179,13 @@ pub fn markdown(rows: &[Value], expect: &Expected, m: &Machine) -> String {
         "# batch-inbox and Kafka Connect + Debezium's JDBC sink, the same input".into(),
         String::new(),
         format!(
-            "Written by `scripts/peers/compare.sh` on {} UTC: {} cores ({}), {} GiB, **shared \
-             with other builds and test runs during the measurement** (load average at the end: \
-             {}). Broker: {}.",
+            "Written by `scripts/peers/compare.sh` on {} UTC: {} cores ({}), {} GiB, **{}** \
+             (load average at the end: {}). Broker: {}.",
             m.date_utc,
             m.cores,
             m.cpu,
             py_float(m.memory_gib),
+            m.other_work,
             m.load_average_at_end.join(" "),
             m.broker
         ),
@@ -374,7 +380,7 @@ pub async fn run(args: &TableArgs) -> Result<()> {
         memory_gib: facts.memory_gib,
         kernel: facts.kernel,
         load_average_at_end: host::load_average(),
-        shared: "2 cores shared with other builds and test runs during the measurement".into(),
+        other_work: args.machine_note.clone(),
         postgres: postgres_version(&args.server_url).await,
         java: java_version(),
         broker: args.broker.clone(),
@@ -511,7 +517,7 @@ mod tests {
             memory_gib: m["memory_gib"].as_f64().unwrap(),
             kernel: m["kernel"].as_str().unwrap().into(),
             load_average_at_end: serde_json::from_value(m["load_average_at_end"].clone()).unwrap(),
-            shared: m["shared"].as_str().unwrap().into(),
+            other_work: m["other_work"].as_str().unwrap().into(),
             postgres: m["postgres"].as_str().unwrap().into(),
             java: m["java"].as_str().unwrap().into(),
             broker: m["broker"].as_str().unwrap().into(),
