@@ -64,6 +64,8 @@ fresh_database() {
 # build, or ensure_nisshi builds one with the nightly toolchain (rustc >= 1.96) into a cache
 # directory. Nothing requires it.
 source "$(dirname "${BASH_SOURCE[0]}")/kafka/lib.sh"
+# RabbitMQ (ensure_rabbitmq, start_rabbitmq, stop_rabbitmq): scripts/rabbitmq/lib.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/rabbitmq/lib.sh"
 NISSHI_VERSION=0.8.1
 NISSHI_ROOT=${NISSHI_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/batch-inbox/nisshi-$NISSHI_VERSION}
 ensure_nisshi() {

@@ -2,7 +2,9 @@
 # Runs every test: unit tests, the integration tests (one binary, tests/it/) against the real
 # PostgreSQL and librdkafka's mock cluster, and end-to-end tests of the binary against one
 # Apache Kafka broker for the whole run (its jars fetched from Maven Central once per machine,
-# scripts/kafka/lib.sh), handed to the tests as KAFKA_BROKERS. Each test uses its own topics and
+# scripts/kafka/lib.sh), handed to the tests as KAFKA_BROKERS, and of the queue source against a
+# RabbitMQ node of the run's own (Debian's package, installed when missing; scripts/rabbitmq/lib.sh),
+# handed to them as AMQP_URL and AMQP_CTL. Each test uses its own topics and
 # groups. KAFKA_BROKERS=host:port runs them against another broker; NISSHI_BIN against nisshi.
 # The TLS, SASL and ACL tests start a second Apache Kafka node of their own, with an authorizer
 # (start_secure_kafka in scripts/kafka/lib.sh, once per test binary), whatever KAFKA_BROKERS says.
@@ -14,11 +16,17 @@ ensure_postgres
 cargo test --workspace --no-run --quiet "$@"
 cargo test --features failpoints,unsafe-controls --test it --no-run --quiet
 broker_dir=$(mktemp -d /tmp/batch-inbox-test-broker.XXXXXX)
-trap 'stop_broker "$broker_dir"; rm -rf "$broker_dir"' EXIT
+rabbit_dir=$(mktemp -d /tmp/batch-inbox-test-rabbitmq.XXXXXX)
+trap 'stop_broker "$broker_dir"; stop_rabbitmq "$rabbit_dir"; rm -rf "$broker_dir" "$rabbit_dir"' EXIT
 started=$SECONDS
 start_broker "$broker_dir"
 export KAFKA_BROKERS=$BROKER_ADDR
 echo "broker: $BROKER_KIND on $KAFKA_BROKERS (ready in $((SECONDS - started)) s)" >&2
+# RabbitMQ for the queue source's tests (tests/it/amqp.rs): a node of the run's own.
+ensure_rabbitmq
+started=$SECONDS
+start_rabbitmq "$rabbit_dir"
+echo "rabbitmq: $("$AMQP_CTL" version 2>/dev/null) on ${AMQP_URL#*@} (ready in $((SECONDS - started)) s)" >&2
 cargo test --workspace "$@"
 # The crash tests need the binary built with failpoints, and their controls (and the unsafe
 # mode's visibility) the unsafe test-only switches: both are off in every other build.

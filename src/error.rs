@@ -250,6 +250,9 @@ pub enum RunError {
     /// A librdkafka setting would break the guarantee; nothing was consumed.
     #[error(transparent)]
     Refused(#[from] RefusedSetting),
+    /// RabbitMQ refused a setting, the login or a queue's declaration.
+    #[error(transparent)]
+    Amqp(#[from] AmqpError),
     /// A batch failed for a reason retrying cannot fix; its offsets were not committed.
     #[error("batch of {topic}/{partition} at offset {offset} failed: {source}")]
     Batch {
@@ -373,6 +376,32 @@ pub struct RefusedSetting {
     pub safe: &'static str,
     /// Why other values are refused.
     pub reason: &'static str,
+}
+
+/// Why the RabbitMQ source refused to start or stopped.
+///
+/// The queue source's (`source::amqp`), defined here because [`RunError`] wraps it and the
+/// source returns `RunError`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum AmqpError {
+    /// A setting the source cannot run with.
+    #[error("rabbitmq: {0}")]
+    Settings(String),
+    /// The broker refused the login, the vhost, a permission or a queue's declaration: retrying
+    /// does not help.
+    #[error("rabbitmq refused: {0}")]
+    Refused(String),
+    /// The broker could not be reached, or the connection failed.
+    #[error("rabbitmq: {0}")]
+    Unreachable(String),
+}
+
+impl AmqpError {
+    /// Whether retrying cannot help.
+    pub(crate) fn is_refusal(&self) -> bool {
+        matches!(self, AmqpError::Refused(_) | AmqpError::Settings(_))
+    }
 }
 
 #[cfg(test)]

@@ -119,15 +119,16 @@ pub struct IdArgs {
     #[arg(long, env = "BATCH_INBOX_ID_HEADER", default_value = defaults::ID_HEADER)]
     pub id_header: String,
     /// Where the id comes from: `header` (--id-header), `key` (the record key: on a compacted
-    /// topic only the first record of each key is ever applied) or `position` (topic, partition
-    /// and offset: each record once, but a producer's resend is a new record).
+    /// topic only the first record of each key is ever applied; on a RabbitMQ queue the
+    /// message_id property) or `position` (topic, partition and offset: each record once, but a
+    /// producer's resend is a new record; refused for a queue). Default: `header` on Kafka,
+    /// `key` (message_id) on RabbitMQ.
     #[arg(
         long,
         env = "BATCH_INBOX_ID_FROM",
-        value_parser = named::<IdSource>(),
-        default_value_t = IdSource::Header
+        value_parser = named::<IdSource>()
     )]
-    pub id_from: IdSource,
+    pub id_from: Option<IdSource>,
     /// Which ids are accepted: `uuid` (UUID text only) or `any` (any non-empty value up to
     /// 1024 bytes; one that is not a UUID maps to a version-8 UUID of the topic and the id).
     #[arg(
@@ -143,7 +144,7 @@ impl IdArgs {
     /// The library's id rules.
     pub fn rules(&self) -> IdRules {
         let mut rules = IdRules::header(&self.id_header);
-        rules.source = self.id_from;
+        rules.source = self.id_from.unwrap_or(IdSource::Header);
         rules.format = self.id_format;
         rules
     }

@@ -184,6 +184,7 @@ pub use pipeline::worker::{PoisonLimit, PoisonRate, PoisonShare, RetryPolicy, Wo
 pub use processor::{run, run_with_stats, ProcessorConfig};
 pub use secret::DatabaseUrl;
 pub use service::{Service, ServiceConfig};
+pub use source::amqp::{AmqpSettings, AmqpUrl, QueueType};
 pub use source::kafka::consumer::KafkaSettings;
 pub use unsafe_controls::UnsafeControls;
 
@@ -203,6 +204,7 @@ pub use maintenance::{
 pub use names::UnknownName;
 pub use observe::exporter::ExporterError;
 pub use service::ServiceError;
+pub use source::amqp::AmqpError;
 pub use source::kafka::consumer::KafkaStartupError;
 
 // The handlers that ship with it: the ledger is a module (above), the SQL handler is these.

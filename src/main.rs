@@ -46,12 +46,10 @@ async fn main() -> std::process::ExitCode {
             print_settings(&loaded.settings);
             Ok(())
         }
-        Command::Run(args) => match args.check_handler().and_then(|()| {
-            args.processor()
-                .kafka
-                .check(args.offsets_in_db)
-                .map_err(|e| e.to_string())
-        }) {
+        Command::Run(args) => match args
+            .check_handler()
+            .and_then(|()| args.processor().check().map_err(|e| e.to_string()))
+        {
             Ok(()) => run(*args).await,
             Err(refused) => {
                 eprintln!("error: {refused}");

@@ -20,6 +20,7 @@ use crate::pipeline::handler::Handler;
 use crate::pipeline::inbox::Inbox;
 use crate::pipeline::message::Decoding;
 use crate::pipeline::worker::{PartitionWorker, WorkerSettings};
+use crate::source::amqp::{AmqpError, AmqpSettings, AmqpSource};
 use crate::source::kafka::consumer::KafkaSettings;
 use crate::source::kafka::KafkaSource;
 use crate::source::{Input, OffsetSink, PartitionRun, Partitions, RunPartition, Source};
@@ -28,8 +29,10 @@ use crate::source::{Input, OffsetSink, PartitionRun, Partitions, RunPartition, S
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ProcessorConfig {
-    /// Kafka client settings.
+    /// Kafka client settings (unused when [`Self::amqp`] is set).
     pub kafka: KafkaSettings,
+    /// Read RabbitMQ queues instead of Kafka (`None`: Kafka).
+    pub amqp: Option<AmqpSettings>,
     /// Batching, mode and retries.
     pub worker: WorkerSettings,
     /// How records are decoded: where ids come from (by default the UUID of header `id`),
@@ -59,6 +62,7 @@ impl ProcessorConfig {
         use crate::pipeline::defaults;
         Self {
             kafka,
+            amqp: None,
             worker: WorkerSettings::default(),
             decoding: Decoding::default(),
             exit_on_eof: false,
@@ -67,6 +71,26 @@ impl ProcessorConfig {
             dedup_window: None,
             statement_timeout: Some(defaults::STATEMENT_TIMEOUT),
         }
+    }
+
+    /// Refuses settings the source cannot keep the guarantee with (nothing is consumed): the
+    /// Kafka consumer's ([`KafkaSettings::check`]), or the queues' ([`AmqpSettings::check`], and
+    /// ids from positions, which a queue gives anew to each delivery).
+    pub fn check(&self) -> Result<(), RunError> {
+        let Some(amqp) = &self.amqp else {
+            return Ok(self.kafka.check(self.offsets_in_db)?);
+        };
+        amqp.check(self.offsets_in_db)?;
+        if self.decoding.ids.source == crate::pipeline::message::IdSource::Position {
+            return Err(AmqpError::Settings(
+                "--id-from position: a queue's record gets a new number each time it is \
+                 delivered, so an id from it would apply a redelivery again; use the message_id \
+                 property (--id-from key) or a header"
+                    .to_owned(),
+            )
+            .into());
+        }
+        Ok(())
     }
 
     /// Returns once the whole topic is committed to its end by the group (`--exit-on-eof`).
@@ -99,9 +123,12 @@ pub async fn run_with_stats<H: Handler>(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
     // Refused settings end the run before anything else is set up.
-    config.kafka.check(config.offsets_in_db)?;
-    // Positions in the database are the consumer group's: Kafka's group id.
-    let positions = config.offsets_in_db.then_some(config.kafka.group.as_str());
+    config.check()?;
+    // Positions in the database are the reader's: Kafka's group id, the queues' reader name.
+    let positions = config.offsets_in_db.then_some(match &config.amqp {
+        Some(amqp) => amqp.reader.as_str(),
+        None => config.kafka.group.as_str(),
+    });
     // While the consumer joins its group: the connections the first batches will use, opened,
     // their statements prepared.
     let mut statements = handler.statements();
@@ -112,6 +139,15 @@ pub async fn run_with_stats<H: Handler>(
     );
     tokio::spawn(crate::db::warm(pool.clone(), statements));
     let workers = Workers::new(&config, positions, pool.clone(), handler, stats.clone());
+    if let Some(settings) = config.amqp {
+        let source = AmqpSource {
+            settings,
+            exit_on_eof: config.exit_on_eof,
+            pool,
+            stats,
+        };
+        return source.run(workers, shutdown).await;
+    }
     let source = KafkaSource {
         settings: config.kafka,
         revoke_timeout: config.revoke_timeout,

@@ -115,6 +115,9 @@ pub enum ServiceError {
     /// The brokers refused the probe.
     #[error(transparent)]
     Kafka(#[from] KafkaStartupError),
+    /// RabbitMQ refused the start (the login, a queue's declaration) or could not be reached.
+    #[error(transparent)]
+    Amqp(#[from] crate::error::AmqpError),
     /// The inbox partitions could not be prepared.
     #[error(transparent)]
     Retention(#[from] RetentionError),
@@ -219,7 +222,10 @@ impl<T> Service<T> {
         let config = &self.config;
         // Before anything is consumed: refused credentials, a failed handshake, a missing ACL or
         // no broker within the start-up timeout end the start here, with the cause.
-        config.processor.kafka.probe(self.probe_time()).await?;
+        match &config.processor.amqp {
+            Some(amqp) => amqp.probe(self.probe_time()).await?,
+            None => config.processor.kafka.probe(self.probe_time()).await?,
+        }
         let maintenance = self.start_maintenance().await?;
         let stats_file = config.stats_file.clone().map(|path| {
             StatsFile::start(
@@ -259,8 +265,12 @@ impl<T> Service<T> {
     async fn start_maintenance(&self) -> Result<Option<Maintenance>, ServiceError> {
         let config = &self.config;
         let expire = config.retention.is_some();
+        // A queue keeps a record until it is acknowledged: a redelivery is never older than the
+        // oldest unacknowledged delivery, so only a topic's retention is compared.
         if let Some(window) = config.retention.or(config.dedup_window) {
-            retention::topic::warn_if_topic_outlives(&config.processor.kafka, window).await;
+            if config.processor.amqp.is_none() {
+                retention::topic::warn_if_topic_outlives(&config.processor.kafka, window).await;
+            }
         }
         let layout = retention::partition::layout(&self.pool.get().await?).await?;
         if !expire && layout == retention::Layout::Plain {

@@ -96,6 +96,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::RunError;
 
+pub(crate) mod amqp;
 pub(crate) mod kafka;
 pub mod key;
 pub(crate) mod positions;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use batch_inbox::{KafkaSettings, ProcessorConfig};
+use batch_inbox::{AmqpSettings, AmqpUrl, KafkaSettings, ProcessorConfig, QueueType};
 
 use batch_inbox::internals::{defaults, names::parse_interval};
 
@@ -75,9 +75,32 @@ pub struct RunArgs {
         value_parser = parse_interval
     )]
     pub startup_timeout: Duration,
-    /// Consumer group.
+    /// Consumer group (on RabbitMQ: the reader's name, which the queues' positions in the
+    /// database are kept under).
     #[arg(long, env = "BATCH_INBOX_GROUP", default_value = defaults::GROUP)]
     pub group: String,
+    /// Read RabbitMQ instead of Kafka: the broker's URL, `amqp://user:password@host:5672/vhost`
+    /// or `amqps://…` (its password is never shown), with --queue.
+    #[arg(long, env = "BATCH_INBOX_SOURCE", value_name = "URL", value_parser = SourceParser)]
+    pub source: Option<AmqpUrl>,
+    /// A RabbitMQ queue to read (repeatable, or a comma list), each an ordered stream read by
+    /// one instance at a time (single active consumer). Declared durable at start when missing.
+    #[arg(
+        long = "queue",
+        env = "BATCH_INBOX_QUEUE",
+        value_name = "QUEUE",
+        value_delimiter = ','
+    )]
+    pub queues: Vec<String>,
+    /// The RabbitMQ queues' type, declared with them: `classic` or `quorum`. A queue that exists
+    /// with another type or arguments is refused at start.
+    #[arg(
+        long,
+        env = "BATCH_INBOX_QUEUE_TYPE",
+        value_parser = batch_inbox::internals::flags::named::<QueueType>(),
+        default_value_t = QueueType::Classic
+    )]
+    pub queue_type: QueueType,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub pipeline: PipelineArgs,
@@ -160,7 +183,13 @@ impl RunArgs {
     /// Refuses handler settings that would be silently unused or that do not fit the topics.
     pub fn check_handler(&self) -> Result<(), String> {
         self.handler.check()?;
-        self.handler.check_routes(&self.kafka.distinct_topics())
+        match &self.source {
+            Some(_) => self.handler.check_routes(&self.distinct_queues()),
+            None if !self.queues.is_empty() => Err(
+                "--queue reads a RabbitMQ queue: give the broker with --source amqp://…".to_owned(),
+            ),
+            None => self.handler.check_routes(&self.kafka.distinct_topics()),
+        }
     }
 
     /// Processor configuration from the flags.
@@ -183,9 +212,53 @@ impl RunArgs {
         }
         config.offsets_in_db = self.offsets_in_db;
         config.dedup_window = self.dedup_window.or(self.retention);
+        if let Some(url) = &self.source {
+            let mut amqp = AmqpSettings::new(url.clone(), self.distinct_queues(), &self.group);
+            amqp.queue_type = self.queue_type;
+            amqp.prefetch = AmqpSettings::prefetch_for(self.pipeline.batch_size.get());
+            config.amqp = Some(amqp);
+            // A queue's record id: the message_id property unless told otherwise.
+            if self.pipeline.ids.id_from.is_none() {
+                config.decoding.ids.source = batch_inbox::IdSource::Key;
+            }
+        }
         config
+    }
+
+    /// The queues, each once, in the order given.
+    fn distinct_queues(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::with_capacity(self.queues.len());
+        for q in &self.queues {
+            if !out.contains(q) {
+                out.push(q.clone());
+            }
+        }
+        out
     }
 }
 
-#[cfg(test)]
-mod tests;
+/// `--source`: a RabbitMQ URL. Its error never quotes the value, which may hold a password
+/// (clap's own error would).
+#[derive(Clone)]
+struct SourceParser;
+
+impl clap::builder::TypedValueParser for SourceParser {
+    type Value = AmqpUrl;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        match value.to_str().filter(|s| AmqpUrl::is_amqp(s)) {
+            Some(s) => Ok(AmqpUrl::new(s.trim())),
+            None => Err(clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                "--source takes a RabbitMQ URL, amqp://… or amqps://… (the value is not shown: \
+                 it may hold a password); Kafka is read with --brokers\n",
+            )
+            .with_cmd(cmd)),
+        }
+    }
+}

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod amqp;
 mod bad_input;
 mod broker_fetch;
 mod cli;

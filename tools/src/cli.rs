@@ -21,6 +21,8 @@ pub struct Cli {
 pub enum Command {
     /// Write generated ledger records (with duplicates, bad input, overdrafts) to a topic.
     Produce(ProduceArgs),
+    /// Publish generated ledger records to RabbitMQ queues (the id in `message_id`, confirmed).
+    AmqpPublish(crate::amqp_publish::AmqpPublishArgs),
     /// Compare the database with the expected outcome written by `produce --expect`.
     Verify(VerifyArgs),
     /// Run the whole pipeline against an in-process Kafka mock cluster, in a database of its own.

@@ -36,6 +36,7 @@
 //! The scripts start brokers, databases and processes and call these subcommands: what is
 //! measured, merged, checked or summed is computed here, with unit tests.
 
+pub mod amqp_publish;
 pub mod chaos;
 pub mod cli;
 pub mod cpu;

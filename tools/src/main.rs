@@ -21,6 +21,7 @@ async fn main() -> std::process::ExitCode {
         .init();
     let result = match cli.command {
         Command::Produce(args) => produce(args).await,
+        Command::AmqpPublish(args) => batch_inbox_tools::amqp_publish::run(args).await,
         Command::Verify(args) => verify(args).await,
         Command::Demo(args) => demo(args).await,
         Command::Drain(args) => batch_inbox_tools::drain::drain(args).await,
