@@ -25,7 +25,8 @@ echo "broker: $BROKER_KIND on $KAFKA_BROKERS (ready in $((SECONDS - started)) s)
 # RabbitMQ for the queue source's tests (tests/it/amqp.rs): a node of the run's own.
 ensure_rabbitmq
 started=$SECONDS
-start_rabbitmq "$rabbit_dir"
+# Channels check consumer_timeout every second, so that a test can see a short one act.
+RABBITMQ_CHANNEL_TICK_MS=1000 start_rabbitmq "$rabbit_dir"
 echo "rabbitmq: $("$AMQP_CTL" version 2>/dev/null) on ${AMQP_URL#*@} (ready in $((SECONDS - started)) s)" >&2
 cargo test --workspace "$@"
 # The crash tests need the binary built with failpoints, and their controls (and the unsafe

@@ -9,7 +9,8 @@
 #                            runs rabbitmqctl on this node: `"$AMQP_CTL" stop_app`)
 #   stop_rabbitmq DIR        stops the node (and its epmd)
 #
-# RABBITMQ_CONSUMER_TIMEOUT_MS sets the node's consumer_timeout (RabbitMQ's default: 30 min).
+# RABBITMQ_CONSUMER_TIMEOUT_MS sets the node's consumer_timeout (RabbitMQ's default: 30 min),
+# RABBITMQ_CHANNEL_TICK_MS how often a channel checks it (a minute).
 
 _RABBITMQ_BIN=/usr/lib/rabbitmq/bin
 
@@ -40,12 +41,15 @@ log.console = false
 log.file.level = info
 CONF
   echo "[]." >"$dir/enabled_plugins"
+  # How often a channel checks its deliveries against consumer_timeout (RabbitMQ's default: a
+  # minute); the tests shorten it to see a short timeout act.
+  echo "[{rabbit, [{channel_tick_interval, ${RABBITMQ_CHANNEL_TICK_MS:-60000}}]}]." >"$dir/advanced.config"
   cat >"$dir/env" <<ENV
 export HOME='$dir' RABBITMQ_NODENAME='rabbit-bi-$port@localhost' RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
 export RABBITMQ_NODE_PORT=$port RABBITMQ_DIST_PORT=$dist ERL_EPMD_PORT=$epmd
 export RABBITMQ_MNESIA_BASE='$dir/mnesia' RABBITMQ_LOG_BASE='$dir/log'
 export RABBITMQ_CONFIG_FILE='$dir/rabbitmq.conf' RABBITMQ_ENABLED_PLUGINS_FILE='$dir/enabled_plugins'
-export RABBITMQ_PID_FILE='$dir/pid'
+export RABBITMQ_PID_FILE='$dir/pid' RABBITMQ_ADVANCED_CONFIG_FILE='$dir/advanced.config'
 ENV
   printf '#!/bin/sh\n. "%s/env"\nexec %s/rabbitmqctl "$@"\n' "$dir" "$_RABBITMQ_BIN" >"$dir/ctl"
   chmod +x "$dir/ctl"

@@ -406,3 +406,83 @@ async fn settings_that_break_the_guarantee_are_refused_and_secrets_never_shown()
     assert!(!out.stderr.contains("Sup3rS3cretPw"), "{}", out.stderr);
     let _ = connection.close(200, ShortString::from("done")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_past_the_consumer_timeout_holds_the_queue_and_resumes_exactly_once() {
+    let _node = NODE.lock().await;
+    let q = queue("stall");
+    let (db, pool) = fresh_db("amqp_stall").await;
+    let (records, expected) = input(20_000, 19);
+    publish(&amqp_url(), std::slice::from_ref(&q), "classic", records)
+        .await
+        .unwrap();
+    // RabbitMQ closes a channel whose delivery stays unacknowledged past consumer_timeout
+    // (node-wide on 3.10, read when a channel opens): 2 s on the channels opened meanwhile.
+    let _timeout = ConsumerTimeout::set(2000);
+    let mut child = spawn(
+        &db,
+        &[&q],
+        &["--batch-size", "100", "--metrics-addr", "127.0.0.1:0"],
+    );
+    let metrics = child.metrics_addr().await;
+    wait_for_rows(&pool, expected.new / 4).await;
+    // An operator's fault, not the messages': the ledger's table renamed away.
+    let client = pool.get().await.unwrap();
+    client
+        .batch_execute("ALTER TABLE balances RENAME TO balances_away")
+        .await
+        .unwrap();
+    // The queue stalls: nothing applied, nothing dead-lettered, for longer than the timeout.
+    let stalled_at = group::inbox_rows(&pool).await;
+    let letters = || async {
+        let row = client
+            .query_one("SELECT count(*) FROM dead_letters", &[])
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    let letters_at = letters().await;
+    crate::common::http::poll(Duration::from_secs(30), "the stall gauge", || async {
+        let (_, body) = crate::common::http::get(metrics, "/metrics").await;
+        (metric(&body, "batch_inbox_stalled{") >= 1.0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(group::inbox_rows(&pool).await, stalled_at);
+    assert_eq!(letters().await, letters_at);
+    client
+        .batch_execute("ALTER TABLE balances_away RENAME TO balances")
+        .await
+        .unwrap();
+    wait_for_all(&pool, &expected).await;
+    let out = child.stop().await;
+    ok(&out);
+    assert!(
+        out.stderr.contains("channel closed"),
+        "the consumer_timeout did not close the channel: {}",
+        out.stderr
+    );
+    assert_exact_but_repeated_dead_letters(&pool, &expected).await;
+}
+
+/// The node's consumer_timeout, set for a test and back to RabbitMQ's default when it ends.
+struct ConsumerTimeout;
+
+impl ConsumerTimeout {
+    fn set(ms: u64) -> Self {
+        ctl(&[
+            "eval",
+            &format!("application:set_env(rabbit, consumer_timeout, {ms})."),
+        ]);
+        ConsumerTimeout
+    }
+}
+
+impl Drop for ConsumerTimeout {
+    fn drop(&mut self) {
+        ctl(&[
+            "eval",
+            "application:set_env(rabbit, consumer_timeout, 1800000).",
+        ]);
+    }
+}

@@ -137,3 +137,112 @@ pub async fn run(args: AmqpPublishArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `amqp-consume-only` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AmqpConsumeOnlyArgs {
+    /// The broker (`amqp://user:password@host:port/vhost`).
+    #[arg(long, env = "AMQP_URL")]
+    pub url: String,
+    /// Queues to read (repeatable), each on a channel of its own.
+    #[arg(long = "queue", required = true)]
+    pub queues: Vec<String>,
+    /// The queues' type when they are declared: classic or quorum.
+    #[arg(long, default_value = "classic")]
+    pub queue_type: String,
+    /// Deliveries to read in all; the run ends when they are read and acknowledged.
+    #[arg(long)]
+    pub messages: u64,
+    /// Deliveries acknowledged with one `basic.ack` (multiple), as the processor's batches are.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: u64,
+    /// Write `{"records", "window_s", "msgs_per_sec"}` (first delivery to the last ack) here.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// The broker's own floor: every queue read with the processor's prefetch (two batches) and
+/// acknowledged by batches (`multiple`), nothing applied. Ends once `messages` are acknowledged.
+pub async fn consume_only(args: AmqpConsumeOnlyArgs) -> anyhow::Result<()> {
+    use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+    let connection = Connection::connect(&args.url, ConnectionProperties::default())
+        .await
+        .context("connecting to RabbitMQ")?;
+    let prefetch = u16::try_from(args.batch_size.saturating_mul(2)).unwrap_or(u16::MAX);
+    let mut tasks = Vec::new();
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let first = std::sync::Arc::new(std::sync::OnceLock::<std::time::Instant>::new());
+    for q in &args.queues {
+        let channel = connection.create_channel().await?;
+        channel
+            .basic_qos(prefetch, BasicQosOptions::default())
+            .await?;
+        declare(&channel, q, &args.queue_type).await?;
+        let mut consumer = channel
+            .basic_consume(
+                ShortString::from(q.as_str()),
+                ShortString::from(""),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let (read, first, total, batch) =
+            (read.clone(), first.clone(), args.messages, args.batch_size);
+        tasks.push(tokio::spawn(async move {
+            let mut last: Option<lapin::Acker> = None;
+            let mut unacked = 0u64;
+            loop {
+                let next = match last {
+                    None => consumer.next().await,
+                    // Acknowledge what is in hand once nothing more is ready.
+                    Some(_) => {
+                        let ready = std::time::Duration::from_millis(1);
+                        tokio::time::timeout(ready, consumer.next())
+                            .await
+                            .unwrap_or(None)
+                    }
+                };
+                match next {
+                    Some(Ok(d)) => {
+                        first.get_or_init(std::time::Instant::now);
+                        last = Some(d.acker);
+                        unacked += 1;
+                        let n = read.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+                        if unacked >= batch || n >= total {
+                            if let Some(a) = last.take() {
+                                a.ack(BasicAckOptions { multiple: true }).await?;
+                            }
+                            unacked = 0;
+                        }
+                    }
+                    Some(Err(e)) => return Err(anyhow::Error::from(e)),
+                    None => {
+                        if let Some(a) = last.take() {
+                            a.ack(BasicAckOptions { multiple: true }).await?;
+                            unacked = 0;
+                        }
+                    }
+                }
+                if read.load(std::sync::atomic::Ordering::Acquire) >= total && last.is_none() {
+                    return Ok(());
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let window = first.get().map_or(0.0, |f| f.elapsed().as_secs_f64());
+    let records = read.load(std::sync::atomic::Ordering::Acquire);
+    let report = serde_json::json!({
+        "records": records,
+        "window_s": window,
+        "msgs_per_sec": records as f64 / window.max(1e-9),
+    });
+    println!("{report}");
+    if let Some(path) = args.out {
+        std::fs::write(&path, report.to_string())?;
+    }
+    let _ = connection.close(200, ShortString::from("done")).await;
+    Ok(())
+}

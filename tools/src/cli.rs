@@ -23,6 +23,9 @@ pub enum Command {
     Produce(ProduceArgs),
     /// Publish generated ledger records to RabbitMQ queues (the id in `message_id`, confirmed).
     AmqpPublish(crate::amqp_publish::AmqpPublishArgs),
+    /// Read RabbitMQ queues and acknowledge by batches without any database (the broker's own
+    /// floor). Never point it at queues whose records must be applied.
+    AmqpConsumeOnly(crate::amqp_publish::AmqpConsumeOnlyArgs),
     /// Compare the database with the expected outcome written by `produce --expect`.
     Verify(VerifyArgs),
     /// Run the whole pipeline against an in-process Kafka mock cluster, in a database of its own.

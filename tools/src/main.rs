@@ -22,6 +22,7 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Produce(args) => produce(args).await,
         Command::AmqpPublish(args) => batch_inbox_tools::amqp_publish::run(args).await,
+        Command::AmqpConsumeOnly(args) => batch_inbox_tools::amqp_publish::consume_only(args).await,
         Command::Verify(args) => verify(args).await,
         Command::Demo(args) => demo(args).await,
         Command::Drain(args) => batch_inbox_tools::drain::drain(args).await,
