@@ -192,16 +192,15 @@ pub async fn consume_only(args: AmqpConsumeOnlyArgs) -> anyhow::Result<()> {
             let mut last: Option<lapin::Acker> = None;
             let mut unacked = 0u64;
             loop {
-                let next = match last {
-                    None => consumer.next().await,
-                    // Acknowledge what is in hand once nothing more is ready.
-                    Some(_) => {
-                        let ready = std::time::Duration::from_millis(1);
-                        tokio::time::timeout(ready, consumer.next())
-                            .await
-                            .unwrap_or(None)
-                    }
+                // Acknowledge what is in hand once nothing more is ready; with nothing in hand,
+                // look every 50 ms whether the run is done (this queue may be empty for good).
+                let wait = match last {
+                    None => std::time::Duration::from_millis(50),
+                    Some(_) => std::time::Duration::from_millis(1),
                 };
+                let next = tokio::time::timeout(wait, consumer.next())
+                    .await
+                    .unwrap_or(None);
                 match next {
                     Some(Ok(d)) => {
                         first.get_or_init(std::time::Instant::now);
