@@ -86,14 +86,19 @@ impl KafkaArgs {
 
     /// The topics, each once, in the order given.
     pub fn distinct_topics(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::with_capacity(self.topics.len());
-        for t in &self.topics {
-            if !out.contains(t) {
-                out.push(t.clone());
-            }
-        }
-        out
+        distinct(&self.topics)
     }
+}
+
+/// `names`, each once, in the order given.
+pub fn distinct(names: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(names.len());
+    for n in names {
+        if !out.contains(n) {
+            out.push(n.clone());
+        }
+    }
+    out
 }
 
 /// A Kafka topic name: 1 to 249 of `a-z A-Z 0-9 . _ -`, and neither `.` nor `..` (Kafka's

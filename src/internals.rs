@@ -33,6 +33,11 @@ pub mod secret {
 }
 
 /// Settings as text.
+/// How the RabbitMQ source declares a queue, for the tools that publish to one.
+pub mod amqp {
+    pub use crate::source::amqp::declare;
+}
+
 pub mod names {
     pub use crate::names::{parse_interval, Named};
 }

@@ -227,13 +227,7 @@ impl RunArgs {
 
     /// The queues, each once, in the order given.
     fn distinct_queues(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::with_capacity(self.queues.len());
-        for q in &self.queues {
-            if !out.contains(q) {
-                out.push(q.clone());
-            }
-        }
-        out
+        super::args::distinct(&self.queues)
     }
 }
 

@@ -264,7 +264,11 @@ async fn connect(url: &AmqpUrl) -> Result<Connection, AmqpError> {
 
 /// Declares `queue` durable, single active consumer, of type `kind`: creates it when it is
 /// missing, and is refused (406) when it exists with other arguments.
-async fn declare(channel: &Channel, queue: &str, kind: QueueType) -> lapin::Result<lapin::Queue> {
+pub async fn declare(
+    channel: &Channel,
+    queue: &str,
+    kind: QueueType,
+) -> lapin::Result<lapin::Queue> {
     let mut args = FieldTable::default();
     args.insert(
         ShortString::from("x-single-active-consumer"),

@@ -6,55 +6,44 @@
 //! partition and the model's overdraft decisions stay right.
 
 use anyhow::Context;
+use batch_inbox::internals::amqp::declare;
+use batch_inbox::QueueType;
 use futures::stream::{FuturesUnordered, StreamExt};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{FieldTable, ShortString};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 use crate::generate::Record;
 
 /// Most publishes awaiting their confirmation at once.
 const IN_FLIGHT: usize = 5_000;
 
-/// `amqp-publish` flags.
+/// The broker and the queues of `amqp-publish` and `amqp-consume-only`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct AmqpPublishArgs {
+pub struct QueuesArgs {
     /// The broker (`amqp://user:password@host:port/vhost`).
     #[arg(long, env = "AMQP_URL")]
     pub url: String,
-    /// Queues to publish to (repeatable); declared like the processor declares them.
+    /// The queues (repeatable), declared as the processor declares them.
     #[arg(long = "queue", required = true)]
     pub queues: Vec<String>,
     /// The queues' type when they are declared: classic or quorum.
-    #[arg(long, default_value = "classic")]
-    pub queue_type: String,
+    #[arg(long, value_parser = batch_inbox::internals::flags::named::<QueueType>(), default_value_t = QueueType::Classic)]
+    pub queue_type: QueueType,
+}
+
+/// `amqp-publish` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AmqpPublishArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub target: QueuesArgs,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub generator: crate::cli::GeneratorArgs,
     /// Write the expected outcome (counts, balances) as JSON to this file.
     #[arg(long)]
     pub expect: Option<std::path::PathBuf>,
-}
-
-/// Declares `queue` durable, single active consumer, of type `kind` (as the processor does).
-pub async fn declare(channel: &Channel, queue: &str, kind: &str) -> lapin::Result<()> {
-    let mut args = FieldTable::default();
-    args.insert(
-        ShortString::from("x-single-active-consumer"),
-        AMQPValue::Boolean(true),
-    );
-    args.insert(
-        ShortString::from("x-queue-type"),
-        AMQPValue::LongString(LongString::from(kind.as_bytes().to_vec())),
-    );
-    let options = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
-    channel
-        .queue_declare(ShortString::from(queue), options, args)
-        .await
-        .map(|_| ())
 }
 
 /// The queue of an account's records among `n`.
@@ -67,7 +56,7 @@ fn queue_of(record: &Record, n: usize) -> usize {
 pub async fn publish(
     url: &str,
     queues: &[String],
-    kind: &str,
+    kind: QueueType,
     records: Vec<Record>,
 ) -> anyhow::Result<u64> {
     let connection = Connection::connect(url, ConnectionProperties::default())
@@ -125,7 +114,8 @@ pub async fn publish(
 pub async fn run(args: AmqpPublishArgs) -> anyhow::Result<()> {
     let (records, expected) = crate::generate::generate(args.generator.settings());
     let started = std::time::Instant::now();
-    let n = publish(&args.url, &args.queues, &args.queue_type, records).await?;
+    let t = &args.target;
+    let n = publish(&t.url, &t.queues, t.queue_type, records).await?;
     let secs = started.elapsed().as_secs_f64();
     println!(
         "published {n} records in {secs:.1}s ({:.0}/s)",
@@ -141,15 +131,9 @@ pub async fn run(args: AmqpPublishArgs) -> anyhow::Result<()> {
 /// `amqp-consume-only` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AmqpConsumeOnlyArgs {
-    /// The broker (`amqp://user:password@host:port/vhost`).
-    #[arg(long, env = "AMQP_URL")]
-    pub url: String,
-    /// Queues to read (repeatable), each on a channel of its own.
-    #[arg(long = "queue", required = true)]
-    pub queues: Vec<String>,
-    /// The queues' type when they are declared: classic or quorum.
-    #[arg(long, default_value = "classic")]
-    pub queue_type: String,
+    /// The queues to read, each on a channel of its own.
+    #[command(flatten)]
+    pub source: QueuesArgs,
     /// Deliveries to read in all; the run ends when they are read and acknowledged.
     #[arg(long)]
     pub messages: u64,
@@ -165,19 +149,19 @@ pub struct AmqpConsumeOnlyArgs {
 /// acknowledged by batches (`multiple`), nothing applied. Ends once `messages` are acknowledged.
 pub async fn consume_only(args: AmqpConsumeOnlyArgs) -> anyhow::Result<()> {
     use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
-    let connection = Connection::connect(&args.url, ConnectionProperties::default())
+    let connection = Connection::connect(&args.source.url, ConnectionProperties::default())
         .await
         .context("connecting to RabbitMQ")?;
     let prefetch = u16::try_from(args.batch_size.saturating_mul(2)).unwrap_or(u16::MAX);
     let mut tasks = Vec::new();
     let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let first = std::sync::Arc::new(std::sync::OnceLock::<std::time::Instant>::new());
-    for q in &args.queues {
+    for q in &args.source.queues {
         let channel = connection.create_channel().await?;
         channel
             .basic_qos(prefetch, BasicQosOptions::default())
             .await?;
-        declare(&channel, q, &args.queue_type).await?;
+        declare(&channel, q, args.source.queue_type).await?;
         let mut consumer = channel
             .basic_consume(
                 ShortString::from(q.as_str()),

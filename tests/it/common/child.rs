@@ -17,6 +17,20 @@ pub struct Finished {
     pub stderr: String,
 }
 
+impl Finished {
+    /// Panics, showing what the process wrote, unless it exited with `code`.
+    #[track_caller]
+    pub fn assert_exit(&self, code: i32) {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "stdout: {}\nstderr: {}",
+            self.stdout,
+            self.stderr
+        );
+    }
+}
+
 /// A running `batch-inbox` process.
 pub struct Running {
     child: Child,
