@@ -256,3 +256,6 @@ impl clap::builder::TypedValueParser for SourceParser {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -609,15 +609,24 @@ impl Reader {
             url: self.settings.url.clone(),
             eof: self.exit_on_eof,
         };
+        // A clone of the consumer keeps it registered until the channel closes: dropping the
+        // last one cancels it (`basic.cancel`), and a single-active-consumer queue would then
+        // make a standby active while this channel still holds unacknowledged deliveries, which
+        // go back to the queue only when it closes, behind what the standby already took.
+        let keep = consumer.clone();
         let input = feed.stream(first, consumer);
         let result = run.run.run(input.boxed()).await;
         ended.cancel();
         let _ = forward.await;
         *self.lock_eof() = None;
         drop(acks);
-        // The acks of what committed go out before the channel closes (each bounded).
+        // The acks of what committed go out before the channel closes (each bounded), and the
+        // consumer is cancelled only with the channel.
         let _ = ack_task.await;
-        let _ = channel;
+        if channel.status().connected() {
+            let _ = channel.close(200, ShortString::from("run ended")).await;
+        }
+        drop(keep);
         result
     }
 
