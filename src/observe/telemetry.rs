@@ -47,6 +47,7 @@ pub(crate) struct Telemetry {
     retries: Counter,
     positions_rewound: Counter,
     records_rewound: Counter,
+    redeliveries: Counter,
     batch_size: BatchHistogram,
     stages: Family<OneLabel, BatchHistogram, fn() -> BatchHistogram>,
     by_stage: Vec<BatchHistogram>,
@@ -106,6 +107,7 @@ impl Default for Telemetry {
             retries: Counter::default(),
             positions_rewound: Counter::default(),
             records_rewound: Counter::default(),
+            redeliveries: Counter::default(),
             batch_size: BatchHistogram::new(
                 prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 14),
             ),
@@ -242,6 +244,11 @@ impl Telemetry {
     pub(crate) fn record_rewind(&self, records: u64) {
         self.positions_rewound.inc();
         self.records_rewound.inc_by(records);
+    }
+
+    /// Counts one delivery the broker marked as delivered before (RabbitMQ's `redelivered`).
+    pub(crate) fn record_redelivery(&self) {
+        self.redeliveries.inc();
     }
 
     /// Marks a batch as in flight until the guard is dropped.

@@ -27,6 +27,7 @@
 
 mod acks;
 mod delivery;
+mod wire;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -254,12 +255,29 @@ fn classify(url: &AmqpUrl, e: lapin::Error) -> AmqpError {
     }
 }
 
+/// How long a connection may take to open (TCP, TLS and AMQP's handshake) unless the URL says
+/// otherwise (`?connection_timeout=MS`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Opens a connection to `url`, every frame of the broker's guarded (module `wire`).
 async fn connect(url: &AmqpUrl) -> Result<Connection, AmqpError> {
+    let uri: lapin::uri::AMQPUri = url
+        .expose()
+        .parse()
+        .map_err(|e: String| AmqpError::Settings(url.scrub(&format!("the URL: {e}"))))?;
+    let within = uri
+        .query
+        .connection_timeout
+        .map_or(CONNECT_TIMEOUT, Duration::from_millis);
     let properties = ConnectionProperties::default()
         .with_connection_name(LongString::from("batch-inbox".as_bytes().to_vec()));
-    Connection::connect(url.expose(), properties)
-        .await
-        .map_err(|e| classify(url, e))
+    match tokio::time::timeout(within, wire::connect(uri, properties)).await {
+        Ok(connected) => connected.map_err(|e| classify(url, e)),
+        Err(_) => Err(AmqpError::Unreachable(format!(
+            "no connection within {} ms",
+            within.as_millis()
+        ))),
+    }
 }
 
 /// Declares `queue` durable, single active consumer, of type `kind`: creates it when it is
@@ -564,6 +582,9 @@ impl Reader {
     /// here), numbered from the database's position, until the channel closes, a rewind ends
     /// it, or the source stops.
     async fn read(&self, channel: &Channel, mut consumer: Consumer) -> Result<(), RunError> {
+        // The queue counts as assigned (`/readyz`, the assigned-partitions gauge) while its
+        // consumer waits, a standby's included; once its run starts, the run counts it.
+        let waiting = self.stats.telemetry.partition_assigned();
         let first = tokio::select! {
             _ = self.stop.cancelled() => return Ok(()),
             d = consumer.next() => d,
@@ -589,6 +610,7 @@ impl Reader {
         );
         let sink: Arc<dyn OffsetSink> = acks.clone();
         let run: PartitionRun = self.partitions.start(self.queue.clone(), 0, start, sink);
+        drop(waiting);
         *self.lock_eof() = Some(run.at_eof.clone());
         let run_stop = run.stop.clone();
         let ended = CancellationToken::new();
@@ -608,6 +630,7 @@ impl Reader {
             state: self.state.clone(),
             url: self.settings.url.clone(),
             eof: self.exit_on_eof,
+            stats: self.stats.clone(),
         };
         // A clone of the consumer keeps it registered until the channel closes: dropping the
         // last one cancels it (`basic.cancel`), and a single-active-consumer queue would then
@@ -677,6 +700,7 @@ struct Feed {
     state: Arc<QueueState>,
     url: AmqpUrl,
     eof: bool,
+    stats: Arc<Stats>,
 }
 
 impl Feed {
@@ -726,6 +750,9 @@ impl Feed {
 
     fn record(&self, d: lapin::message::Delivery) -> Input {
         self.state.delivered.fetch_add(1, Ordering::AcqRel);
+        if d.redelivered {
+            self.stats.telemetry.record_redelivery();
+        }
         let tag = i64::try_from(d.delivery_tag).unwrap_or(i64::MAX);
         let position = self.base.saturating_add(tag - 1);
         self.acks.hold(position, d.acker);

@@ -339,14 +339,20 @@ async fn a_standby_takes_over_when_the_active_instance_dies() {
         consumed(&a),
         consumed(&b)
     );
-    let (active, standby) = match consumed(&a) > 0.0 {
-        true => (first, second),
-        false => (second, first),
+    let (active, standby, standby_metrics) = match consumed(&a) > 0.0 {
+        true => (first, second, second_metrics),
+        false => (second, first, first_metrics),
     };
     active.kill().await;
     let applied = group::inbox_rows(&pool).await;
     assert!(applied < expected.new, "the kill came too late: {applied}");
     wait_for_all(&pool, &expected).await;
+    // What the dead instance held unacknowledged came to the standby marked redelivered.
+    let (_, body) = crate::common::http::get(standby_metrics, "/metrics").await;
+    assert!(
+        metric(&body, "batch_inbox_redeliveries_total") > 0.0,
+        "{body}"
+    );
     let out = standby.stop().await;
     out.assert_exit(0);
     assert_exact_but_repeated_dead_letters(&pool, &expected).await;
@@ -524,4 +530,341 @@ impl Drop for ConsumerTimeout {
             "application:set_env(rabbit, consumer_timeout, 1800000).",
         ]);
     }
+}
+
+/// A publisher that writes AMQP 0-9-1 frames itself, so that a message can carry what a client
+/// library refuses to send (short strings that are not UTF-8, header types AMQP does not define):
+/// RabbitMQ passes such bytes on, and a consumer must not stop on them.
+mod raw {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    /// One message's property list (flags first) and body.
+    pub struct Message {
+        pub properties: Vec<u8>,
+        pub body: Vec<u8>,
+    }
+
+    fn short(out: &mut Vec<u8>, s: &[u8]) {
+        out.push(u8::try_from(s.len()).unwrap());
+        out.extend_from_slice(s);
+    }
+
+    /// The property list: `message_id` (any bytes) and a headers table's raw entries.
+    pub fn properties(message_id: Option<&[u8]>, table: Option<&[u8]>) -> Vec<u8> {
+        let flags = message_id.map_or(0u16, |_| 1 << 7) | table.map_or(0, |_| 1 << 13);
+        let mut p = flags.to_be_bytes().to_vec();
+        if let Some(t) = table {
+            p.extend_from_slice(&u32::try_from(t.len()).unwrap().to_be_bytes());
+            p.extend_from_slice(t);
+        }
+        if let Some(id) = message_id {
+            short(&mut p, id);
+        }
+        p
+    }
+
+    /// A header table entry: `name` (any bytes) of `kind` with `value`'s bytes as they are.
+    pub fn entry(name: &[u8], kind: u8, value: &[u8]) -> Vec<u8> {
+        let mut e = Vec::new();
+        short(&mut e, name);
+        e.push(kind);
+        e.extend_from_slice(value);
+        e
+    }
+
+    fn send(s: &mut TcpStream, kind: u8, channel: u16, payload: &[u8]) {
+        let mut f = vec![kind];
+        f.extend_from_slice(&channel.to_be_bytes());
+        f.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
+        f.extend_from_slice(payload);
+        f.push(0xCE);
+        s.write_all(&f).unwrap();
+    }
+
+    fn method(class: u16, id: u16, args: &[u8]) -> Vec<u8> {
+        let mut m = class.to_be_bytes().to_vec();
+        m.extend_from_slice(&id.to_be_bytes());
+        m.extend_from_slice(args);
+        m
+    }
+
+    /// The next frame: its type and payload.
+    fn receive(s: &mut TcpStream) -> (u8, Vec<u8>) {
+        let mut head = [0u8; 7];
+        s.read_exact(&mut head).unwrap();
+        let size = u32::from_be_bytes([head[3], head[4], head[5], head[6]]) as usize;
+        let mut payload = vec![0u8; size + 1];
+        s.read_exact(&mut payload).unwrap();
+        payload.pop();
+        (head[0], payload)
+    }
+
+    /// The next method frame (heartbeats skipped) is `class`.`id`, or the test fails with what
+    /// the broker said.
+    fn expect(s: &mut TcpStream, class: u16, id: u16) -> Vec<u8> {
+        loop {
+            let (kind, payload) = receive(s);
+            if kind == 8 {
+                continue;
+            }
+            let got = (
+                u16::from_be_bytes([payload[0], payload[1]]),
+                u16::from_be_bytes([payload[2], payload[3]]),
+            );
+            assert_eq!(
+                got,
+                (class, id),
+                "the broker answered {}",
+                String::from_utf8_lossy(&payload)
+            );
+            return payload;
+        }
+    }
+
+    /// Publishes `messages` to `queue` through the default exchange with publisher confirms,
+    /// and returns once the broker confirmed them all.
+    pub fn publish(url: &str, queue: &str, messages: &[Message]) {
+        let uri: lapin::uri::AMQPUri = url.parse().unwrap();
+        let a = &uri.authority;
+        let mut s = TcpStream::connect((a.host.as_str(), a.port)).unwrap();
+        s.write_all(b"AMQP\x00\x00\x09\x01").unwrap();
+        expect(&mut s, 10, 10);
+        let mut args = 0u32.to_be_bytes().to_vec(); // client properties: none
+        short(&mut args, b"PLAIN");
+        let login = format!("\0{}\0{}", a.userinfo.username, a.userinfo.password);
+        args.extend_from_slice(&u32::try_from(login.len()).unwrap().to_be_bytes());
+        args.extend_from_slice(login.as_bytes());
+        short(&mut args, b"en_US");
+        send(&mut s, 1, 0, &method(10, 11, &args));
+        let tune = expect(&mut s, 10, 30);
+        let mut args = tune[4..6].to_vec(); // channel-max as offered
+        args.extend_from_slice(&tune[6..10]); // frame-max as offered
+        args.extend_from_slice(&0u16.to_be_bytes()); // no heartbeat
+        send(&mut s, 1, 0, &method(10, 31, &args));
+        let mut args = Vec::new();
+        short(&mut args, uri.vhost.as_bytes());
+        args.extend_from_slice(&[0, 0]);
+        send(&mut s, 1, 0, &method(10, 40, &args));
+        expect(&mut s, 10, 41);
+        send(&mut s, 1, 1, &method(20, 10, &[0]));
+        expect(&mut s, 20, 11);
+        send(&mut s, 1, 1, &method(85, 10, &[0]));
+        expect(&mut s, 85, 11);
+        for m in messages {
+            let mut args = vec![0, 0, 0];
+            short(&mut args, queue.as_bytes());
+            args.push(0);
+            args[2] = 0; // exchange "" (its length byte)
+            send(&mut s, 1, 1, &method(60, 40, &args));
+            let mut header = vec![0, 60, 0, 0];
+            header.extend_from_slice(&(m.body.len() as u64).to_be_bytes());
+            header.extend_from_slice(&m.properties);
+            send(&mut s, 2, 1, &header);
+            if !m.body.is_empty() {
+                send(&mut s, 3, 1, &m.body);
+            }
+        }
+        let last = messages.len() as u64;
+        loop {
+            let ack = expect(&mut s, 60, 80);
+            let tag = u64::from_be_bytes(ack[4..12].try_into().unwrap());
+            if tag == last {
+                break;
+            }
+        }
+        send(&mut s, 1, 0, &method(10, 50, &[0, 200, 0, 0, 0, 0, 0]));
+        expect(&mut s, 10, 51);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_the_client_cannot_read_become_records_or_dead_letters_never_a_stopped_queue() {
+    let _node = NODE.lock().await;
+    let q = queue("bytes");
+    let (db, pool) = fresh_db("amqp_bytes").await;
+    let (records, mut expected) = input(600, 11);
+    // The queue exists as the processor declares it.
+    let connection = Connection::connect(&amqp_url(), ConnectionProperties::default())
+        .await
+        .unwrap();
+    declare(
+        &connection.create_channel().await.unwrap(),
+        &q,
+        QueueType::Classic,
+    )
+    .await
+    .unwrap();
+    let _ = connection.close(200, ShortString::from("declared")).await;
+
+    // Every record as it is, except every fifth, which also carries a header named with bytes
+    // that are not UTF-8, at the top or in a nested table; and ten records more whose message_id
+    // is not UTF-8 (dead letters: invalid_id). (RabbitMQ itself refuses a header of a type AMQP
+    // does not define: it closes the publisher's connection.)
+    let mut nested = raw::entry(b"\xff", b'I', &1i32.to_be_bytes());
+    nested.splice(0..0, u32::try_from(nested.len()).unwrap().to_be_bytes());
+    let mut messages = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let mut table = raw::entry(b"n", b'I', &7i32.to_be_bytes());
+        match i % 15 {
+            0 => table.extend(raw::entry(b"h\xff\xfe", b'S', b"\x00\x00\x00\x01v")),
+            5 => table.extend(raw::entry(b"nest", b'F', &nested)),
+            10 => {
+                table.extend(raw::entry(b"\xc3\x28", b'S', b"\x00\x00\x00\x00"));
+                table.extend(raw::entry(b"\x80", b'V', b""));
+            }
+            _ => {}
+        }
+        messages.push(raw::Message {
+            properties: raw::properties(r.id.as_deref().map(str::as_bytes), Some(&table)),
+            body: r.value.clone().unwrap_or_default(),
+        });
+    }
+    for i in 0..10u8 {
+        messages.push(raw::Message {
+            properties: raw::properties(Some(&[0xff, 0xfe, i]), None),
+            body: records[0].value.clone().unwrap_or_default(),
+        });
+    }
+    *expected
+        .dead_letters
+        .entry("invalid_id".to_owned())
+        .or_default() += 10;
+    let url = amqp_url();
+    let queue_name = q.clone();
+    tokio::task::spawn_blocking(move || raw::publish(&url, &queue_name, &messages))
+        .await
+        .unwrap();
+
+    let out = spawn(&db, &[&q], &["--exit-on-eof"])
+        .wait(Duration::from_secs(120))
+        .await;
+    out.assert_exit(0);
+    assert!(out.stdout.contains("records 610 "), "{}", out.stdout);
+    assert_positions(&pool, &[&q], 610).await;
+    assert_exact(&pool, &expected).await;
+    // Each of the ten ids not UTF-8 dead-lettered once, its bytes exactly.
+    let client = pool.get().await.unwrap();
+    let mut keys: Vec<Vec<u8>> = client
+        .query(
+            "SELECT key FROM dead_letters WHERE reason = 'invalid_id' AND topic = $1 \
+             AND substring(key FROM 1 FOR 2) = '\\xfffe'::bytea",
+            &[&q],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    keys.sort();
+    let sent: Vec<Vec<u8>> = (0..10u8).map(|i| vec![0xff, 0xfe, i]).collect();
+    assert_eq!(keys, sent);
+}
+
+/// Polls `/readyz` until it answers `status`; returns the body.
+async fn readyz_becomes(addr: std::net::SocketAddr, status: u16) -> String {
+    let what = format!("/readyz to answer {status}");
+    crate::common::http::poll(Duration::from_secs(60), &what, || async {
+        let (s, body) = crate::common::http::get(addr, "/readyz").await;
+        (s == status).then_some(body)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_crash_holds_the_queue_and_readyz_then_resumes_exactly_once() {
+    let _node = NODE.lock().await;
+    let pg = crate::common::postgres::PrivatePostgres::start();
+    let name = crate::common::db_name("amqp_pg");
+    let admin = batch_inbox::db::connect(&pg.url("postgres"), 1)
+        .await
+        .unwrap();
+    admin
+        .get()
+        .await
+        .unwrap()
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let url = pg.url(&name);
+    let pool = batch_inbox::db::connect(&url, 2).await.unwrap();
+    batch_inbox::db::migrate(&pool).await.unwrap();
+    batch_inbox::ledger::migrate(&pool).await.unwrap();
+    let q = queue("pg-crash");
+    let (records, expected) = input(30_000, 19);
+
+    let flags = ["--metrics-addr", "127.0.0.1:0", "--batch-size", "100"];
+    let mut p = spawn(&url, &[&q], &flags);
+    let metrics = p.metrics_addr().await;
+    // Ready with the queue's consumer waiting, before any message.
+    readyz_becomes(metrics, 200).await;
+    publish(
+        &amqp_url(),
+        std::slice::from_ref(&q),
+        QueueType::Classic,
+        records,
+    )
+    .await
+    .unwrap();
+    wait_for_rows(&pool, expected.new / 5).await;
+    pg.stop_immediate();
+    let body = readyz_becomes(metrics, 503).await;
+    assert_eq!(body, "not ready: database\n");
+    let applied_before = {
+        pg.start_server();
+        readyz_becomes(metrics, 200).await;
+        group::inbox_rows(&pool).await
+    };
+    assert!(
+        applied_before < expected.new,
+        "the crash came too late: {applied_before}"
+    );
+    wait_for_all(&pool, &expected).await;
+    let (_, body) = crate::common::http::get(metrics, "/metrics").await;
+    // The batch in flight was held, not given back: nothing came again.
+    assert_eq!(
+        metric(&body, "batch_inbox_redeliveries_total"),
+        0.0,
+        "{body}"
+    );
+    let out = p.stop().await;
+    out.assert_exit(0);
+    assert_exact(&pool, &expected).await;
+    assert_positions(&pool, &[&q], 30_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_cut_in_the_middle_of_batches_apply_nothing_twice() {
+    let _node = NODE.lock().await;
+    let q = queue("cut");
+    let (db, pool) = fresh_db("amqp_cut").await;
+    let (records, expected) = input(60_000, 23);
+    publish(
+        &amqp_url(),
+        std::slice::from_ref(&q),
+        QueueType::Classic,
+        records,
+    )
+    .await
+    .unwrap();
+    let flags = ["--metrics-addr", "127.0.0.1:0", "--batch-size", "100"];
+    let mut p = spawn(&db, &[&q], &flags);
+    let metrics = p.metrics_addr().await;
+    // The broker cuts every connection twice while batches are in flight: each time the
+    // channel's unacknowledged deliveries go back to the queue, and the processor connects again.
+    for share in [4, 2] {
+        wait_for_rows(&pool, expected.new / share).await;
+        ctl(&["close_all_connections", "cut by the test"]);
+    }
+    let applied = group::inbox_rows(&pool).await;
+    assert!(applied < expected.new, "the cuts came too late: {applied}");
+    wait_for_all(&pool, &expected).await;
+    let (_, body) = crate::common::http::get(metrics, "/metrics").await;
+    assert!(
+        metric(&body, "batch_inbox_redeliveries_total") > 0.0,
+        "{body}"
+    );
+    let out = p.stop().await;
+    out.assert_exit(0);
+    assert_exact_but_repeated_dead_letters(&pool, &expected).await;
 }

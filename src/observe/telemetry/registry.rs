@@ -51,6 +51,13 @@ impl Telemetry {
              rewinds: re-read, the inbox skipping what the database still holds",
             self.records_rewound.clone(),
         );
+        r.register(
+            "redeliveries",
+            "Deliveries the broker marked as delivered before (RabbitMQ: an earlier delivery of \
+             the message was not acknowledged: a channel closed, an instance died); the inbox \
+             skips what committed",
+            self.redeliveries.clone(),
+        );
         self.register_histograms(&mut r);
         self.register_gauges(&mut r);
         self.stalls.register(&mut r);

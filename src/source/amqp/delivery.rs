@@ -14,6 +14,7 @@ use bytes::Bytes;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 
+use super::wire::{self, RAW_PROPERTIES};
 use crate::source::{Header, RawMessage};
 
 /// The record of a delivery of `queue` at `position`.
@@ -23,6 +24,9 @@ pub(crate) fn to_raw(
     properties: &BasicProperties,
     body: Vec<u8>,
 ) -> RawMessage {
+    if let Some(carried) = carried_properties(properties) {
+        return from_carried(queue, position, carried, body);
+    }
     let key = properties
         .message_id()
         .as_ref()
@@ -46,6 +50,60 @@ pub(crate) fn to_raw(
         headers,
         header_error: None,
     }
+}
+
+/// The original property list the frame guard carried in [`RAW_PROPERTIES`], if it did.
+fn carried_properties(properties: &BasicProperties) -> Option<&[u8]> {
+    match properties.headers().as_ref()?.inner().get(RAW_PROPERTIES)? {
+        AMQPValue::ByteArray(b) => Some(b.as_slice()),
+        _ => None,
+    }
+}
+
+/// The record of a delivery whose properties the client could not read (module `wire`): its
+/// key, timestamp and headers read from the original bytes, exactly; a header table that cannot
+/// be read is the record's `header_error`, and so is a property list that cannot be.
+fn from_carried(queue: &Arc<str>, position: i64, carried: &[u8], body: Vec<u8>) -> RawMessage {
+    let mut raw = RawMessage {
+        topic: queue.clone(),
+        partition: 0,
+        offset: position,
+        timestamp_ms: None,
+        key: None,
+        payload: Some(Bytes::from(body)),
+        headers: Vec::new(),
+        header_error: None,
+    };
+    if carried.is_empty() {
+        raw.header_error = Some(
+            "the delivery's properties could not be read and were too large to carry in a frame"
+                .to_owned(),
+        );
+        return raw;
+    }
+    match wire::read(carried, true) {
+        Ok(p) => {
+            raw.key = p.message_id.map(Bytes::from);
+            raw.timestamp_ms = p
+                .timestamp
+                .and_then(|s| i64::try_from(s).ok())
+                .and_then(|s| s.checked_mul(1000));
+            let mut headers: Vec<Header> = p
+                .headers
+                .iter()
+                .map(|(name, value)| Header {
+                    key: Bytes::copy_from_slice(name),
+                    value: header_value(value),
+                })
+                .collect();
+            // As the client's table does: in name order.
+            headers.sort_by(|a, b| a.key.cmp(&b.key));
+            raw.headers = headers;
+            raw.header_error = p.header_error;
+        }
+        Err(e) => raw.header_error = Some(format!("the delivery's properties cannot be read: {e}")),
+    }
+    raw
 }
 
 /// The headers of a table, in name order.
@@ -183,5 +241,58 @@ mod tests {
         // A timestamp past i64 milliseconds is none, not a wrapped one.
         let far = BasicProperties::default().with_timestamp(u64::MAX);
         assert_eq!(to_raw(&queue, 0, &far, Vec::new()).timestamp_ms, None);
+    }
+
+    /// Properties carried by the frame guard (module `wire`) as the client gets them.
+    fn carried(original: &[u8]) -> BasicProperties {
+        let mut table = FieldTable::default();
+        table.insert(
+            ShortString::from(RAW_PROPERTIES),
+            AMQPValue::ByteArray(original.to_vec().into()),
+        );
+        BasicProperties::default().with_headers(table)
+    }
+
+    #[test]
+    fn carried_properties_give_the_exact_id_timestamp_and_header_names() {
+        // flags: headers, message_id, timestamp
+        let mut p = ((1u16 << 13) | (1 << 7) | (1 << 6)).to_be_bytes().to_vec();
+        let mut table = vec![2, b'z', 0xff, b'I', 0, 0, 0, 9];
+        table.extend_from_slice(&[1, b'a', b'S', 0, 0, 0, 1, b'x']);
+        p.extend_from_slice(&(table.len() as u32).to_be_bytes());
+        p.extend_from_slice(&table);
+        p.extend_from_slice(&[3, 0xc3, 0x28, b'!']);
+        p.extend_from_slice(&1_700_000_000u64.to_be_bytes());
+        let queue: Arc<str> = Arc::from("q");
+        let raw = to_raw(&queue, 3, &carried(&p), b"body".to_vec());
+        assert_eq!(raw.offset, 3);
+        assert_eq!(raw.key.as_deref(), Some(&b"\xc3\x28!"[..]));
+        assert_eq!(raw.timestamp_ms, Some(1_700_000_000_000));
+        assert_eq!(raw.payload.as_deref(), Some(&b"body"[..]));
+        assert_eq!(raw.header_error, None);
+        let shown: Vec<(&[u8], Option<&[u8]>)> = raw
+            .headers
+            .iter()
+            .map(|h| (&h.key[..], h.value.as_deref()))
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (&b"a"[..], Some(&b"x"[..])),
+                (&b"z\xff"[..], Some(&b"9"[..]))
+            ]
+        );
+    }
+
+    #[test]
+    fn carried_properties_that_cannot_be_read_are_a_header_error() {
+        let queue: Arc<str> = Arc::from("q");
+        let raw = to_raw(&queue, 0, &carried(&[]), Vec::new());
+        assert_eq!(raw.key, None);
+        assert!(raw.header_error.unwrap().contains("too large"));
+        // message_id announced, cut short
+        let raw = to_raw(&queue, 0, &carried(&[0, 0x80, 9, b'a']), Vec::new());
+        assert_eq!(raw.key, None);
+        assert!(raw.header_error.unwrap().contains("cannot be read"));
     }
 }
