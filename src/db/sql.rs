@@ -36,6 +36,12 @@ pub const READ_OFFSETS: &str = "\
 SELECT partition, next_offset FROM consumer_offsets
 WHERE group_id = $1 AND topic = $2 AND partition = ANY($3)";
 
+/// Creates a partition's position at 0 for a group unless it has one (a queue's first run), so
+/// that every offset write after it compares against a value, never against none.
+pub const CLAIM_OFFSET: &str = "\
+INSERT INTO consumer_offsets (group_id, topic, partition, next_offset, updated_at)
+VALUES ($1, $2, $3, 0, now()) ON CONFLICT (group_id, topic, partition) DO NOTHING";
+
 /// For each of some topics, the topic id a group's stored offsets belong to (NULL: none recorded)
 /// and whether the group has offsets of it.
 pub const READ_TOPIC_IDS: &str = "\

@@ -602,14 +602,16 @@ impl Reader {
         let Some(start) = self.start_position().await else {
             return Ok(()); // stopping
         };
-        let base = start.unwrap_or(0);
+        let base = start;
         let (acks, ack_task) = ChannelAcks::new(
             self.queue.clone(),
             self.state.acked.clone(),
             self.stats.clone(),
         );
         let sink: Arc<dyn OffsetSink> = acks.clone();
-        let run: PartitionRun = self.partitions.start(self.queue.clone(), 0, start, sink);
+        let run: PartitionRun = self
+            .partitions
+            .start(self.queue.clone(), 0, Some(start), sink);
         drop(waiting);
         *self.lock_eof() = Some(run.at_eof.clone());
         let run_stop = run.stop.clone();
@@ -653,13 +655,13 @@ impl Reader {
         result
     }
 
-    /// The database's position of the queue (`None` inside: none stored yet), read again while
+    /// The database's position of the queue (created at 0 on its first run), read again while
     /// the database fails; `None`: stopping.
-    async fn start_position(&self) -> Option<Option<i64>> {
+    async fn start_position(&self) -> Option<i64> {
         let mut failures = 0u32;
         loop {
-            match positions::read(&self.pool, &self.settings.reader, &self.queue, &[0]).await {
-                Ok(stored) => return Some(stored.get(&0).copied()),
+            match positions::claim(&self.pool, &self.settings.reader, &self.queue, 0).await {
+                Ok(stored) => return Some(stored),
                 Err(e) => {
                     failures += 1;
                     tracing::warn!(

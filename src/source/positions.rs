@@ -15,7 +15,8 @@ use std::collections::HashMap;
 use deadpool_postgres::Pool;
 
 use crate::db::sql::{
-    READ_OFFSETS as READ, READ_TOPIC_OFFSETS as READ_TOPIC, UPSERT_OFFSET as UPSERT,
+    CLAIM_OFFSET as CLAIM, READ_OFFSETS as READ, READ_TOPIC_OFFSETS as READ_TOPIC,
+    UPSERT_OFFSET as UPSERT,
 };
 use crate::db::Transaction;
 use crate::error::InboxError;
@@ -99,6 +100,28 @@ pub(crate) async fn read(
     let client = pool.get().await?;
     let rows = client.query(READ, &[&group, &topic, &partitions]).await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The stored next offset of `partition` of `topic` for `group`, created at 0 when there is
+/// none. A source without offsets of its own (a queue) starts each run from it, so that two
+/// instances can never both write a first position unchecked: the compare-and-set of every
+/// write then has a value to compare with.
+pub(crate) async fn claim(
+    pool: &Pool,
+    group: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<i64, InboxError> {
+    let client = pool.get().await?;
+    client.execute(CLAIM, &[&group, &topic, &partition]).await?;
+    let partitions = [partition];
+    let rows = client
+        .query(READ, &[&group, &topic, &&partitions[..]])
+        .await?;
+    // The row was there or is now: only a concurrent deletion (an operator's reset) can take it.
+    rows.first()
+        .map(|r| r.get(1))
+        .ok_or(InboxError::PositionMoved { expected: None })
 }
 
 /// The stored next offset of every partition of `topic` for `group`.

@@ -34,6 +34,8 @@ pub(super) struct Acknowledged {
     through: AtomicI64,
     /// Acks handed to the ack tasks and not yet sent.
     in_flight: AtomicU64,
+    /// The ack being sent (`i64::MIN`: none) and the highest one that may still be.
+    gate: Gate,
 }
 
 impl Default for Acknowledged {
@@ -41,6 +43,7 @@ impl Default for Acknowledged {
         Self {
             through: AtomicI64::new(i64::MIN),
             in_flight: AtomicU64::new(0),
+            gate: Gate::default(),
         }
     }
 }
@@ -54,6 +57,61 @@ impl Acknowledged {
     /// Whether every ack handed over was sent (or refused).
     pub(super) fn settled(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) == 0
+    }
+}
+
+/// Keeps a rewind and the ack task from crossing: an ack queued before a rewind, beyond the
+/// position the database now holds, must not be sent after the rewind was accepted (its records
+/// are not in the database any more: acknowledged, they would be gone).
+///
+/// The ack task announces the ack it is about to send, then checks the ceiling; a rewind lowers
+/// the ceiling, then looks at the ack being sent. Both sides use sequentially consistent
+/// operations, so at least one of them sees the other: either the ack is skipped (its deliveries
+/// come back with the channel and are applied again), or the rewind sees it and is refused.
+#[derive(Debug)]
+pub(super) struct Gate {
+    sending: AtomicI64,
+    ceiling: AtomicI64,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self {
+            sending: AtomicI64::new(i64::MIN),
+            ceiling: AtomicI64::new(i64::MAX),
+        }
+    }
+}
+
+impl Gate {
+    /// A new channel: every ack may go.
+    fn open(&self) {
+        self.ceiling.store(i64::MAX, Ordering::SeqCst);
+    }
+
+    /// Whether the ack up to `next` may be sent; when it may, [`Gate::sent`] must follow.
+    fn begin(&self, next: i64) -> bool {
+        self.sending.store(next, Ordering::SeqCst);
+        if next > self.ceiling.load(Ordering::SeqCst) {
+            self.sending.store(i64::MIN, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// The ack begun is sent or refused.
+    fn sent(&self) {
+        self.sending.store(i64::MIN, Ordering::SeqCst);
+    }
+
+    /// No ack beyond `target` is sent from now on; `Err` with the ack being sent when one beyond
+    /// it may already be on its way.
+    fn lower(&self, target: i64) -> Result<(), i64> {
+        self.ceiling.store(target, Ordering::SeqCst);
+        match self.sending.load(Ordering::SeqCst) {
+            sending if sending > target => Err(sending),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -77,6 +135,7 @@ impl ChannelAcks {
         stats: Arc<Stats>,
     ) -> (Arc<Self>, tokio::task::JoinHandle<()>) {
         let (send, receive) = mpsc::unbounded_channel();
+        acked.gate.open();
         let acks = Arc::new(Self {
             waiting: Mutex::new(VecDeque::new()),
             send,
@@ -123,15 +182,21 @@ impl OffsetSink for ChannelAcks {
 
     fn rewind(&self, topic: &str, _partition: i32, next_offset: Option<i64>) -> Result<(), String> {
         let target = next_offset.unwrap_or(0);
+        let refused = |acknowledged: i64| {
+            format!(
+                "queue {topic}: the database holds position {target}, below {acknowledged} \
+                 already acknowledged to RabbitMQ: the records between were acknowledged \
+                 and are gone from the queue (the database went back in time: a restore, \
+                 or a failover to a replica that lagged). A queue cannot be read again; \
+                 see docs/RABBITMQ.md, \"A database that goes back in time\""
+            )
+        };
+        // First no ack beyond the target may leave (one queued for a batch the database lost
+        // is dropped), then what was sent is checked.
+        self.acked.gate.lower(target).map_err(refused)?;
         if let Some(through) = self.acked.through() {
             if target < through {
-                return Err(format!(
-                    "queue {topic}: the database holds position {target}, below {through} \
-                     already acknowledged to RabbitMQ: the records between were acknowledged \
-                     and are gone from the queue (the database went back in time: a restore, \
-                     or a failover to a replica that lagged). A queue cannot be read again; \
-                     see docs/RABBITMQ.md, \"A database that goes back in time\""
-                ));
+                return Err(refused(through));
             }
         }
         // The channel ends: its unacknowledged deliveries go back to the queue, and the next
@@ -153,6 +218,16 @@ async fn send_acks(
     stats: Arc<Stats>,
 ) {
     while let Some((next, acker)) = receive.recv().await {
+        if !acked.gate.begin(next) {
+            // Beyond a rewind's position: never sent (module docs).
+            stats.offsets_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                queue = %queue, position = next,
+                "not acknowledged: the database went back below it; its deliveries come back"
+            );
+            acked.in_flight.fetch_sub(1, Ordering::AcqRel);
+            continue;
+        }
         // An ack on a connection that died may never be answered by the client: given up after
         // ACK_TIMEOUT, like a refused one (the channel is gone; its deliveries come back).
         let sent = tokio::time::timeout(ACK_TIMEOUT, acker.ack(BasicAckOptions { multiple: true }))
@@ -179,6 +254,34 @@ async fn send_acks(
                 );
             }
         }
+        acked.gate.sent();
         acked.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Gate;
+
+    #[test]
+    fn an_ack_beyond_a_lowered_ceiling_is_not_begun() {
+        let gate = Gate::default();
+        assert!(gate.begin(10));
+        gate.sent();
+        assert_eq!(gate.lower(10), Ok(()));
+        assert!(gate.begin(10), "at the ceiling: the database holds it");
+        gate.sent();
+        assert!(!gate.begin(11));
+        gate.open();
+        assert!(gate.begin(11), "a new channel");
+    }
+
+    #[test]
+    fn a_rewind_during_a_send_beyond_it_is_refused() {
+        let gate = Gate::default();
+        assert!(gate.begin(20));
+        assert_eq!(gate.lower(15), Err(20));
+        gate.sent();
+        assert_eq!(gate.lower(15), Ok(()));
     }
 }
