@@ -395,12 +395,19 @@ pub enum AmqpError {
     /// The broker could not be reached, or the connection failed.
     #[error("rabbitmq: {0}")]
     Unreachable(String),
+    /// The broker said a queue is not there (`NOT_FOUND`): refused at start; once a queue was
+    /// read, waited for (a clustered queue whose node is down answers so until it is back).
+    #[error("rabbitmq: {0}")]
+    NotFound(String),
 }
 
 impl AmqpError {
     /// Whether retrying cannot help.
     pub(crate) fn is_refusal(&self) -> bool {
-        matches!(self, AmqpError::Refused(_) | AmqpError::Settings(_))
+        matches!(
+            self,
+            AmqpError::Refused(_) | AmqpError::Settings(_) | AmqpError::NotFound(_)
+        )
     }
 }
 

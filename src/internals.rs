@@ -32,10 +32,11 @@ pub mod secret {
     pub use crate::secret::{redact_database_url, redact_property_arg, LIBRDKAFKA_SENSITIVE, MASK};
 }
 
-/// Settings as text.
-/// How the RabbitMQ source declares a queue, for the tools that publish to one.
+/// How the RabbitMQ source declares a queue, for the tools that publish to one; its frame
+/// guard, for the bench.
 pub mod amqp {
     pub use crate::source::amqp::declare;
+    pub use crate::source::amqp::guard_frames;
 }
 
 pub mod names {

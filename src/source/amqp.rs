@@ -243,8 +243,11 @@ fn check_queue_name(q: &str) -> Result<(), String> {
 fn classify(url: &AmqpUrl, e: lapin::Error) -> AmqpError {
     let text = url.scrub(&e.to_string());
     let refused = match e.kind() {
+        lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404 => {
+            return AmqpError::NotFound(text)
+        }
         lapin::ErrorKind::ProtocolError(p) => {
-            matches!(p.get_id(), 402 | 403 | 404 | 406 | 530)
+            matches!(p.get_id(), 402 | 403 | 406 | 530)
         }
         lapin::ErrorKind::AuthProviderError(_) => true,
         _ => false,
@@ -253,6 +256,12 @@ fn classify(url: &AmqpUrl, e: lapin::Error) -> AmqpError {
         true => AmqpError::Refused(text),
         false => AmqpError::Unreachable(text),
     }
+}
+
+/// The frames of `stream` (whole frames, as the broker sends them) as the client reads them
+/// through the frame guard (module `wire`), with the broker's `frame_max` of 128 KiB.
+pub fn guard_frames(stream: &[u8]) -> Vec<u8> {
+    wire::guard_all(stream, 131_072)
 }
 
 /// How long a connection may take to open (TCP, TLS and AMQP's handshake) unless the URL says
@@ -304,6 +313,9 @@ pub async fn declare(
         .queue_declare(ShortString::from(queue), options, args)
         .await
 }
+
+/// A channel's run shorter than this counts as a failure for the backoff.
+const SHORT_RUN: Duration = Duration::from_secs(1);
 
 /// The delay before the `failures`-th retry: 100 ms doubling, at most 5 s.
 fn backoff(failures: u32) -> Duration {
@@ -526,15 +538,45 @@ impl Reader {
     /// Opens a channel after another until stopped; a refusal or a run's error ends it.
     async fn run(self) -> Result<(), RunError> {
         let mut failures = 0u32;
+        let mut opened = false;
         while !self.stop.is_cancelled() {
-            match self.open().await {
+            let open = tokio::select! {
+                _ = self.stop.cancelled() => break,
+                open = self.open() => open,
+            };
+            match open {
                 Ok((channel, consumer)) => {
-                    failures = 0;
+                    opened = true;
+                    let began = std::time::Instant::now();
                     let result = self.read(&channel, consumer).await;
                     if channel.status().connected() {
                         let _ = channel.close(200, ShortString::from("run ended")).await;
                     }
                     result?;
+                    // A channel that ends at once, again and again, is retried with the same
+                    // backoff as a failed open, not in a tight loop.
+                    match began.elapsed() < SHORT_RUN {
+                        true => {
+                            failures += 1;
+                            tokio::select! {
+                                _ = self.stop.cancelled() => break,
+                                _ = tokio::time::sleep(backoff(failures)) => {}
+                            }
+                        }
+                        false => failures = 0,
+                    }
+                }
+                Err(AmqpError::NotFound(e)) if opened => {
+                    failures += 1;
+                    tracing::warn!(
+                        queue = %self.queue,
+                        "the queue is not available (a clustered queue's node down?), will \
+                         retry: {e}"
+                    );
+                    tokio::select! {
+                        _ = self.stop.cancelled() => break,
+                        _ = tokio::time::sleep(backoff(failures)) => {}
+                    }
                 }
                 Err(e) if e.is_refusal() => {
                     return Err(RunError::Amqp(AmqpError::Refused(format!(

@@ -124,6 +124,15 @@ impl<S> FrameGuard<S> {
     }
 }
 
+/// Every whole frame of `stream`, guarded, with `frame_max` as the negotiated frame size.
+pub(crate) fn guard_all(stream: &[u8], frame_max: u32) -> Vec<u8> {
+    let mut guard = FrameGuard::new((), None);
+    guard.frame_max = frame_max;
+    guard.pending = stream.to_vec();
+    guard.frames();
+    guard.ready
+}
+
 /// Appends `frame` to `out`, guarded (module docs); records the broker's `frame_max`.
 fn guard(frame: &[u8], out: &mut Vec<u8>, frame_max: &mut u32, client: Option<u32>) {
     let payload = &frame[7..frame.len() - 1];
