@@ -1,6 +1,7 @@
 //! A RabbitMQ delivery as the pipeline's record: its body the value, its `message_id` property
 //! the key (the id MassTransit and NServiceBus set, read by `--id-from key`, the queue source's
-//! default), its `timestamp` property (seconds) the timestamp, its headers table the headers, and
+//! default), its `timestamp_in_ms` header (set by RabbitMQ's message timestamp interceptor) or
+//! else its `timestamp` property (whole seconds) the timestamp, its headers table the headers, and
 //! its position the channel's base plus its delivery tag less one (module `source`).
 //!
 //! AMQP header values are typed. A header becomes bytes as follows: a string or a byte array as
@@ -32,9 +33,16 @@ pub(crate) fn to_raw(
         .as_ref()
         .map(|id| Bytes::copy_from_slice(id.as_str().as_bytes()));
     let timestamp_ms = properties
-        .timestamp()
-        .and_then(|s| i64::try_from(s).ok())
-        .and_then(|s| s.checked_mul(1000));
+        .headers()
+        .as_ref()
+        .and_then(|t| t.inner().get(TIMESTAMP_IN_MS))
+        .and_then(milliseconds)
+        .or_else(|| {
+            properties
+                .timestamp()
+                .and_then(|s| i64::try_from(s).ok())
+                .and_then(|s| s.checked_mul(1000))
+        });
     let headers = properties
         .headers()
         .as_ref()
@@ -50,6 +58,22 @@ pub(crate) fn to_raw(
         headers,
         header_error: None,
     }
+}
+
+/// The header RabbitMQ's message timestamp interceptor sets (`timestamp_in_ms`, milliseconds
+/// since the epoch); preferred to the `timestamp` property, which has whole seconds.
+const TIMESTAMP_IN_MS: &str = "timestamp_in_ms";
+
+/// A header's integer value as milliseconds, if it is one (and not negative).
+fn milliseconds(value: &AMQPValue) -> Option<i64> {
+    let ms = match value {
+        AMQPValue::LongLongInt(n) => *n,
+        AMQPValue::LongInt(n) => i64::from(*n),
+        AMQPValue::LongUInt(n) => i64::from(*n),
+        AMQPValue::Timestamp(n) => i64::try_from(*n).ok()?,
+        _ => return None,
+    };
+    (ms >= 0).then_some(ms)
 }
 
 /// The original property list the frame guard carried in [`RAW_PROPERTIES`], if it did.
@@ -84,10 +108,16 @@ fn from_carried(queue: &Arc<str>, position: i64, carried: &[u8], body: Vec<u8>) 
     match wire::read(carried, true) {
         Ok(p) => {
             raw.key = p.message_id.map(Bytes::from);
-            raw.timestamp_ms = p
-                .timestamp
-                .and_then(|s| i64::try_from(s).ok())
-                .and_then(|s| s.checked_mul(1000));
+            let in_ms = p
+                .headers
+                .iter()
+                .find(|(name, _)| name.as_slice() == TIMESTAMP_IN_MS.as_bytes())
+                .and_then(|(_, v)| milliseconds(v));
+            raw.timestamp_ms = in_ms.or_else(|| {
+                p.timestamp
+                    .and_then(|s| i64::try_from(s).ok())
+                    .and_then(|s| s.checked_mul(1000))
+            });
             let mut headers: Vec<Header> = p
                 .headers
                 .iter()
@@ -294,5 +324,33 @@ mod tests {
         let raw = to_raw(&queue, 0, &carried(&[0, 0x80, 9, b'a']), Vec::new());
         assert_eq!(raw.key, None);
         assert!(raw.header_error.unwrap().contains("cannot be read"));
+    }
+
+    #[test]
+    fn timestamp_in_ms_is_preferred_to_the_seconds_of_the_property() {
+        let mut table = FieldTable::default();
+        table.insert(
+            ShortString::from(TIMESTAMP_IN_MS),
+            AMQPValue::LongLongInt(1_700_000_000_123),
+        );
+        let properties = BasicProperties::default()
+            .with_timestamp(1_600_000_000)
+            .with_headers(table);
+        let queue: Arc<str> = Arc::from("q");
+        let raw = to_raw(&queue, 0, &properties, Vec::new());
+        assert_eq!(raw.timestamp_ms, Some(1_700_000_000_123));
+        // Not a number, or negative: the property's seconds.
+        for bad in [
+            AMQPValue::LongString(b"soon".to_vec().into()),
+            AMQPValue::LongLongInt(-5),
+        ] {
+            let mut table = FieldTable::default();
+            table.insert(ShortString::from(TIMESTAMP_IN_MS), bad);
+            let properties = BasicProperties::default()
+                .with_timestamp(1_600_000_000)
+                .with_headers(table);
+            let raw = to_raw(&queue, 0, &properties, Vec::new());
+            assert_eq!(raw.timestamp_ms, Some(1_600_000_000_000));
+        }
     }
 }
