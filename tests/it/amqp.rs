@@ -444,6 +444,29 @@ async fn settings_that_break_the_guarantee_are_refused_and_secrets_never_shown()
     .await;
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(!out.stderr.contains("Sup3rS3cretPw"), "{}", out.stderr);
+
+    // --print-config shows the source with its password masked.
+    let out = Running::spawn(
+        &[
+            "run",
+            "--print-config",
+            "--source",
+            "amqps://app:Sup3rS3cretPw@broker:5671/%2f",
+            "--queue",
+            &q,
+        ],
+        &[("DATABASE_URL", &db)],
+    )
+    .wait(Duration::from_secs(30))
+    .await;
+    out.assert_exit(0);
+    assert!(
+        out.stdout
+            .contains("source = \"amqps://app:***@broker:5671/%2f\""),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("Sup3rS3cretPw") && !out.stderr.contains("Sup3rS3cretPw"));
     let _ = connection.close(200, ShortString::from("done")).await;
 }
 
