@@ -17,6 +17,20 @@
 #                                   and a new replica is made of it
 #   scripts/chaos.sh --unsafe ...   the control: processors in an unsafe configuration; the
 #                                   checker must FAIL (exit 1)
+#   scripts/chaos.sh --rabbitmq [--broker-faults] [--queue-type classic|quorum] ...
+#                                   RabbitMQ instead of Kafka: a node of the run's own
+#                                   (scripts/rabbitmq/lib.sh), one queue per partition read with
+#                                   single active consumer (one processor reads a queue, the
+#                                   others stand by), the input published paced with publisher
+#                                   confirms (published again after a broker restart: the inbox
+#                                   skips the copies), pauses past three AMQP heartbeats (3 s, set
+#                                   in the processors' URL) so that the broker drops the paused
+#                                   processor and a standby takes over; broker faults SIGKILL the
+#                                   node and start it again on its own data. Instead of Kafka's
+#                                   offsets it checks the queues' positions in the database (never
+#                                   back; covering every record published and committed) and that
+#                                   every queue ends with 0 ready and 0 unacknowledged messages.
+#                                   Campaign: results/chaos/rabbitmq-3.10.8/.
 #
 # Starts its OWN PostgreSQL server (initdb in a temporary directory, a free port, fsync on), the
 # only one it restarts, and its own Apache Kafka (KRaft nodes in the run's directory, one unless

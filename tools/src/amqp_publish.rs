@@ -247,6 +247,11 @@ pub struct Published {
     pub reconnects: u64,
 }
 
+/// Most paced publishes awaiting their confirmation at once: a broker killed with them in flight
+/// leaves their outcome unknown, so they are published again (and may be in their queue twice).
+/// A paced publisher catching up after an outage needs no more than this to keep its pace.
+const PACED_IN_FLIGHT: usize = 256;
+
 /// The longest wait for a confirmation before the channel is taken for dead.
 const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
@@ -319,7 +324,7 @@ pub async fn publish_paced(
         let mut alive = true;
         while alive && (next < n || !resend.is_empty() || !pending.is_empty()) {
             // Settle what is confirmed; wait for some when too many are in flight, or at the end.
-            let must_wait = pending.len() >= IN_FLIGHT || (next >= n && resend.is_empty());
+            let must_wait = pending.len() >= PACED_IN_FLIGHT || (next >= n && resend.is_empty());
             loop {
                 let got = if must_wait && !pending.is_empty() {
                     match timeout(CONFIRM_TIMEOUT, pending.next()).await {
