@@ -543,16 +543,12 @@ async fn state_invariants(
     args: &ChaosArgs,
     plan: &Plan,
     run: &Finished,
+    slack: Option<&checker::DeadLetterSlack>,
 ) -> Result<Vec<checker::Invariant>, ChaosError> {
     let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
     let client = pool.get().await.map_err(DbError::from)?;
     let valid = checker::valid_ids(&plan.records);
-    let copies = run
-        .published
-        .as_ref()
-        .map(|p| queues::copies_dead_letters(&p.republished))
-        .unwrap_or_default();
-    let mut invariants = checker::database(&**client, &valid, &plan.expected, &copies).await?;
+    let mut invariants = checker::database(&**client, &valid, &plan.expected, slack).await?;
     if run.published.is_some() {
         // RabbitMQ: the positions, never back (strict: a compare-and-set in the database has no
         // stale member to forgive); the queues' ends are checked with the tally.
@@ -667,11 +663,24 @@ async fn check(
     run: Finished,
     amqp: Option<&Queues>,
 ) -> Result<ChaosReport, ChaosError> {
-    let mut invariants = state_invariants(args, plan, &run).await?;
     let (tally, unexpected_exits) = tally(args, cluster, amqp.is_some());
     let mut queue_report = Vec::new();
+    let mut slack = None;
     if let (Some(q), Some(p)) = (amqp, &run.published) {
         queue_report = queue_ends(args, plan, q, p).await?;
+        let positions: i64 = queue_report.iter().map(|e| e.position.unwrap_or(0)).sum();
+        let published: u64 = queue_report.iter().map(|e| e.published).sum();
+        slack = Some(checker::DeadLetterSlack {
+            bad_input: plan
+                .records
+                .iter()
+                .filter_map(queues::invalid_reason)
+                .collect(),
+            extra_deliveries: (positions.max(0) as u64).saturating_sub(published),
+        });
+    }
+    let mut invariants = state_invariants(args, plan, &run, slack.as_ref()).await?;
+    if amqp.is_some() {
         invariants.push(queues::queues_empty(&queue_report));
         invariants.push(queues::positions_cover(
             &queue_report,

@@ -229,20 +229,6 @@ pub fn invalid_reason(r: &crate::generate::Record) -> Option<String> {
     reason.map(|r| r.as_str().to_owned())
 }
 
-/// Dead letters that the records published twice may add, by reason: a bad record has no id the
-/// inbox could skip its copy by, so each copy may be dead-lettered.
-pub fn copies_dead_letters(
-    republished: &[crate::generate::Record],
-) -> std::collections::BTreeMap<String, u64> {
-    let mut out = std::collections::BTreeMap::new();
-    for r in republished {
-        if let Some(reason) = invalid_reason(r) {
-            *out.entry(reason).or_insert(0) += 1;
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
