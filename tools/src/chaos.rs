@@ -13,7 +13,7 @@
 //! confirms, and the broker's part is checked instead of Kafka's offsets: the queues' positions
 //! in the database never move backwards, cover every record published and every record the
 //! processors committed, every queue ends with nothing ready or unacknowledged, and standbys
-//! took queues over (processes started after the first ones applied records). The verdict
+//! took queues over (more than one process applied records). The verdict
 //! and the numbers go to `results/chaos-<timestamp>-seed<seed>-<pid>.json`; [`summary`] makes
 //! one table of a directory of them.
 
