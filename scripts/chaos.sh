@@ -17,6 +17,20 @@
 #                                   and a new replica is made of it
 #   scripts/chaos.sh --unsafe ...   the control: processors in an unsafe configuration; the
 #                                   checker must FAIL (exit 1)
+#   scripts/chaos.sh --rabbitmq [--broker-faults] [--queue-type classic|quorum] ...
+#                                   RabbitMQ instead of Kafka: a node of the run's own
+#                                   (scripts/rabbitmq/lib.sh), one queue per partition read with
+#                                   single active consumer (one processor reads a queue, the
+#                                   others stand by), the input published paced with publisher
+#                                   confirms (published again after a broker restart: the inbox
+#                                   skips the copies), pauses past three AMQP heartbeats (3 s, set
+#                                   in the processors' URL) so that the broker drops the paused
+#                                   processor and a standby takes over; broker faults SIGKILL the
+#                                   node and start it again on its own data. Instead of Kafka's
+#                                   offsets it checks the queues' positions in the database (never
+#                                   back; covering every record published and committed) and that
+#                                   every queue ends with 0 ready and 0 unacknowledged messages.
+#                                   Campaign: results/chaos/rabbitmq-3.10.8/.
 #
 # Starts its OWN PostgreSQL server (initdb in a temporary directory, a free port, fsync on), the
 # only one it restarts, and its own Apache Kafka (KRaft nodes in the run's directory, one unless
@@ -30,14 +44,14 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 source scripts/recovery-lib.sh
 
-# What the control run turns on (override with UNSAFE_FLAGS="..."): offsets stored before the
-# database commit (loses messages), and no inbox (applies redeliveries twice).
-read -ra UNSAFE_FLAGS <<<"${UNSAFE_FLAGS:---unsafe-offsets-before-commit --unsafe-no-inbox --offsets-in-db=false}"
-
-unsafe=0 brokers="${KAFKA_BROKERS:-}" args=() kafka_nodes=1 broker_faults=0 db_failover=0
+unsafe=0 brokers="${KAFKA_BROKERS:-}" args=() kafka_nodes=1 broker_faults=0 db_failover=0 rabbitmq=0
+queue_type=classic
 while [ $# -gt 0 ]; do
   case "$1" in
     --unsafe) unsafe=1 ;;
+    --rabbitmq) rabbitmq=1 ;;
+    --queue-type) queue_type=$2; args+=("$1" "$2"); shift ;;
+    --queue-type=*) queue_type=${1#--queue-type=}; args+=("$1") ;;
     --kafka-nodes) kafka_nodes=$2; shift ;;
     --broker-faults) broker_faults=1 ;;
     --db-failover) db_failover=1 ;;
@@ -47,6 +61,20 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+
+# What the control run turns on (override with UNSAFE_FLAGS="..."): offsets stored before the
+# database commit (loses messages: on RabbitMQ, deliveries acknowledged before it), and no inbox
+# (applies redeliveries twice). A RabbitMQ queue's positions are always the database's (the
+# processor refuses --offsets-in-db=false there).
+if [ "$rabbitmq" = 1 ]; then
+  read -ra UNSAFE_FLAGS <<<"${UNSAFE_FLAGS:---unsafe-offsets-before-commit --unsafe-no-inbox}"
+else
+  read -ra UNSAFE_FLAGS <<<"${UNSAFE_FLAGS:---unsafe-offsets-before-commit --unsafe-no-inbox --offsets-in-db=false}"
+fi
+if [ "$rabbitmq" = 1 ] && { [ "$db_failover" = 1 ] || [ -n "$brokers" ] || [ "$kafka_nodes" != 1 ]; }; then
+  echo "--rabbitmq runs its own RabbitMQ node: not with --db-failover, --brokers/KAFKA_BROKERS or --kafka-nodes" >&2
+  exit 2
+fi
 
 log() { echo "[chaos.sh $(date +%T)] $*" >&2; }
 bin=./target/release/batch-inbox-bench
@@ -59,6 +87,7 @@ cleanup() {
   # The driver and its processor processes share one process group (setsid below).
   [ -n "$driver_pid" ] && kill -KILL -- "-$driver_pid" 2>/dev/null
   stop_broker "$work/broker"
+  stop_rabbitmq "$work/broker/rabbitmq"
   if [ "${KEEP:-0}" = 1 ]; then
     log "kept $work"
     return
@@ -124,7 +153,24 @@ if [ "$db_failover" = 1 ]; then
 fi
 
 broker_kind="the broker of --brokers"
-if [ -z "$brokers" ] && [ -z "${NISSHI_BIN:-}" ]; then
+broker_args=()
+if [ "$rabbitmq" = 1 ]; then
+  ensure_rabbitmq
+  rmq="$work/broker/rabbitmq"
+  log "RabbitMQ: a node of the run's own in $rmq"
+  start_rabbitmq "$rmq"
+  version=$(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null | sed 's/-.*//')
+  broker_kind="RabbitMQ ${version:-(version unknown)}, 1 node, $queue_type queues"
+  log "$broker_kind on 127.0.0.1:$(cat "$rmq/port")"
+  # The driver takes the URL (it holds a password) from its environment, never its arguments.
+  export CHAOS_AMQP_URL=$AMQP_URL
+  broker_args=(--amqp-ctl "$AMQP_CTL")
+  if [ "$broker_faults" = 1 ]; then
+    args+=(--broker-nodes 1
+      --broker-stop-command "bash -c 'source scripts/lib.sh && rabbitmq_node_kill $rmq'"
+      --broker-start-command "bash -c 'source scripts/lib.sh && rabbitmq_node_start $rmq'")
+  fi
+elif [ -z "$brokers" ] && [ -z "${NISSHI_BIN:-}" ]; then
   log "Apache Kafka $KAFKA_VERSION: $kafka_nodes KRaft node(s) in $work/broker/kafka"
   start_kafka_cluster "$work/broker/kafka" "$kafka_nodes"
   brokers=$BROKER_ADDR broker_kind="Apache Kafka $KAFKA_VERSION, $kafka_nodes node(s)"
@@ -139,7 +185,7 @@ elif [ -z "$brokers" ]; then
   brokers=$BROKER_ADDR broker_kind=$BROKER_KIND
   log "$broker_kind on $brokers"
 fi
-if [ "$broker_faults" = 1 ] && [ "$broker_kind" = "${broker_kind#Apache Kafka}" ]; then
+if [ "$broker_faults" = 1 ] && [ "$rabbitmq" = 0 ] && [ "$broker_kind" = "${broker_kind#Apache Kafka}" ]; then
   log "--broker-faults needs the run's own Apache Kafka (no --brokers, KAFKA_BROKERS or NISSHI_BIN)"
   exit 2
 fi
@@ -155,10 +201,12 @@ touch "$work/started"
 
 status=0
 # The driver's own Kafka clients (offset watcher, topic reader) log expected end-of-partition
-# events as errors: keep its log to warnings of its own.
+# events as errors, and its RabbitMQ publisher a broker restart's reset connection: keep its log
+# to warnings of its own.
 # The driver runs in the background (bash runs a trap only once a foreground child ends), in a
 # process group of its own with its processors, so that an interrupt can stop them all.
-NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn,rdkafka=off}" setsid $bin chaos --database-url "$database_url" --brokers "$brokers" \
+[ "$rabbitmq" = 1 ] || broker_args=(--brokers "$brokers")
+NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn,rdkafka=off,lapin=off}" setsid $bin chaos --database-url "$database_url" "${broker_args[@]}" \
   --db-stop-command "$db_stop" --db-start-command "$db_start" \
   --broker-label "$broker_kind" --work-dir "$work/run" "${control[@]}" "${args[@]}" &
 driver_pid=$!
@@ -166,7 +214,7 @@ wait "$driver_pid" || status=$?
 driver_pid=""
 # Kafka's own view of the group: every partition committed to its end (lag 0). Only for a PASS:
 # a control or a failed run has nothing to confirm.
-if [ "$status" = 0 ]; then
+if [ "$status" = 0 ] && [ "$rabbitmq" = 0 ]; then
   report=$(find "$results_dir" -maxdepth 1 -name 'chaos-*.json' -newer "$work/started" | sort | tail -n 1)
   group=$($bin json get "$report" setup.group)
   if ! kafka_group_lag_zero "$brokers" "$group"; then

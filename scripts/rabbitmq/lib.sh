@@ -8,6 +8,9 @@
 #                            exports AMQP_URL (guest on 127.0.0.1) and AMQP_CTL (DIR/ctl, which
 #                            runs rabbitmqctl on this node: `"$AMQP_CTL" stop_app`)
 #   stop_rabbitmq DIR        stops the node (and its epmd)
+#   rabbitmq_node_kill DIR   SIGKILLs the node's Erlang VM, like a crash (its epmd stays)
+#   rabbitmq_node_start DIR  starts the node of DIR again, same name, ports and data, and
+#                            returns once it serves (a restart after either of the above)
 #
 # RABBITMQ_CONSUMER_TIMEOUT_MS sets the node's consumer_timeout (RabbitMQ's default: 30 min),
 # RABBITMQ_CHANNEL_TICK_MS how often a channel checks it (a minute).
@@ -53,18 +56,40 @@ export RABBITMQ_PID_FILE='$dir/pid' RABBITMQ_ADVANCED_CONFIG_FILE='$dir/advanced
 ENV
   printf '#!/bin/sh\n. "%s/env"\nexec %s/rabbitmqctl "$@"\n' "$dir" "$_RABBITMQ_BIN" >"$dir/ctl"
   chmod +x "$dir/ctl"
+  echo "$port" >"$dir/port"
+  rabbitmq_node_start "$dir" || return 1
+  export AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2f" AMQP_CTL="$dir/ctl"
+}
+
+# The node of DIR (made by start_rabbitmq), started on its own data; returns once it serves.
+rabbitmq_node_start() {
+  local dir=$1
+  # A pid file left by a killed node would name a dead process to `rabbitmqctl wait`.
+  rm -f "$dir/pid"
   (
     # shellcheck disable=SC1091
     . "$dir/env"
-    setsid "$_RABBITMQ_BIN/rabbitmq-server" >"$dir/server.out" 2>&1 &
+    setsid "$_RABBITMQ_BIN/rabbitmq-server" >>"$dir/server.out" 2>&1 &
   )
   if ! "$dir/ctl" wait --timeout 60 "$dir/pid" >/dev/null 2>&1; then
     echo "RabbitMQ did not start; its output:" >&2
     tail -n 30 "$dir/server.out" >&2
     return 1
   fi
-  export AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2f" AMQP_CTL="$dir/ctl"
-  echo "$port" >"$dir/port"
+}
+
+# SIGKILL to the node's Erlang VM (no shutdown: queues recover from disk at the next start),
+# then waits until it is gone.
+rabbitmq_node_kill() {
+  local dir=$1 pid i
+  pid=$(cat "$dir/pid" 2>/dev/null) || { echo "no pid file in $dir: is the node running?" >&2; return 1; }
+  kill -KILL "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  echo "the node's process $pid did not end after SIGKILL" >&2
+  return 1
 }
 
 stop_rabbitmq() {

@@ -229,3 +229,210 @@ pub async fn consume_only(args: AmqpConsumeOnlyArgs) -> anyhow::Result<()> {
     let _ = connection.close(200, ShortString::from("done")).await;
     Ok(())
 }
+
+/// What [`publish_paced`] did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Published {
+    /// Publishes the broker confirmed, copies included.
+    pub confirmed: u64,
+    /// Distinct records confirmed, per queue (in the order of the queues).
+    pub per_queue: Vec<u64>,
+    /// Records published again after a publish whose outcome was unknown (its channel died
+    /// before the confirmation): each is in its queue once or twice.
+    #[serde(skip)]
+    pub republished: Vec<Record>,
+    /// How many records were published again.
+    pub republished_records: u64,
+    /// Connections opened again after the broker went away.
+    pub reconnects: u64,
+}
+
+/// Most paced publishes awaiting their confirmation at once: a broker killed with them in flight
+/// leaves their outcome unknown, so they are published again (and may be in their queue twice).
+/// A paced publisher catching up after an outage needs no more than this to keep its pace.
+const PACED_IN_FLIGHT: usize = 256;
+
+/// The longest wait for a confirmation before the channel is taken for dead.
+const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// One connection's channel with confirms on and every queue declared.
+async fn confirmed_channel(
+    url: &str,
+    queues: &[String],
+    kind: QueueType,
+) -> anyhow::Result<(Connection, lapin::Channel)> {
+    let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+    let channel = connection.create_channel().await?;
+    for q in queues {
+        declare(&channel, q, kind).await?;
+    }
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    Ok((connection, channel))
+}
+
+/// Publishes `records` to `queues` as [`publish`] does, paced at `rate` per second, and goes on
+/// through broker restarts as a service that publishes at least once would: when the channel
+/// dies, every publish not yet confirmed is published again on a new connection (so it may be
+/// in its queue twice; the inbox skips the copy). Gives up once the broker stayed unreachable
+/// for `give_up`. An error never shows the URL.
+pub async fn publish_paced(
+    url: &str,
+    queues: &[String],
+    kind: QueueType,
+    records: Vec<Record>,
+    rate: f64,
+    give_up: std::time::Duration,
+) -> anyhow::Result<Published> {
+    use futures::FutureExt;
+    use std::collections::VecDeque;
+    use tokio::time::{sleep_until, timeout, Instant};
+
+    let started = Instant::now();
+    let n = records.len();
+    let mut confirmed_once = vec![false; n];
+    let mut again = vec![false; n];
+    let mut resend: VecDeque<usize> = VecDeque::new();
+    let mut next = 0usize;
+    let mut out = Published::default();
+    let mut unreachable_since: Option<Instant> = None;
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    while next < n || !resend.is_empty() {
+        let (connection, channel) = match confirmed_channel(url, queues, kind).await {
+            Ok(c) => {
+                unreachable_since = None;
+                c
+            }
+            Err(_) => {
+                let since = *unreachable_since.get_or_insert_with(Instant::now);
+                anyhow::ensure!(
+                    since.elapsed() < give_up,
+                    "RabbitMQ stayed unreachable for {give_up:?} while publishing"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                continue;
+            }
+        };
+        if out.confirmed > 0 || !resend.is_empty() {
+            out.reconnects += 1;
+        }
+        let mut pending = FuturesUnordered::new();
+        let mut in_flight = std::collections::HashSet::new();
+        let mut alive = true;
+        while alive && (next < n || !resend.is_empty() || !pending.is_empty()) {
+            // Settle what is confirmed; wait for some when too many are in flight, or at the end.
+            let must_wait = pending.len() >= PACED_IN_FLIGHT || (next >= n && resend.is_empty());
+            loop {
+                let got = if must_wait && !pending.is_empty() {
+                    match timeout(CONFIRM_TIMEOUT, pending.next()).await {
+                        Ok(got) => got,
+                        Err(_) => {
+                            alive = false;
+                            break;
+                        }
+                    }
+                } else {
+                    match pending.next().now_or_never() {
+                        Some(got) => got,
+                        None => break,
+                    }
+                };
+                let Some((i, result)): Option<(usize, lapin::Result<lapin::Confirmation>)> = got
+                else {
+                    break;
+                };
+                in_flight.remove(&i);
+                match result {
+                    Ok(c) if c.is_ack() => {
+                        confirmed_once[i] = true;
+                        out.confirmed += 1;
+                    }
+                    _ => {
+                        // A nack or a channel that died: published again on a new channel.
+                        again[i] = true;
+                        resend.push_back(i);
+                        alive = false;
+                    }
+                }
+                if must_wait {
+                    break;
+                }
+            }
+            if !alive {
+                break;
+            }
+            let i = match resend.pop_front() {
+                Some(i) => i,
+                None if next < n => {
+                    let due =
+                        started + std::time::Duration::from_secs_f64(next as f64 / rate.max(1e-9));
+                    sleep_until(due).await;
+                    next += 1;
+                    next - 1
+                }
+                None => continue,
+            };
+            let record = &records[i];
+            let queue = &queues[queue_of(record, queues.len())];
+            let mut properties = BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_timestamp(now_s);
+            if let Some(id) = &record.id {
+                properties = properties.with_message_id(ShortString::from(id.as_str()));
+            }
+            let body = record.value.clone().unwrap_or_default();
+            match channel
+                .basic_publish(
+                    ShortString::from(""),
+                    ShortString::from(queue.as_str()),
+                    BasicPublishOptions::default(),
+                    &body,
+                    properties,
+                )
+                .await
+            {
+                Ok(confirm) => {
+                    in_flight.insert(i);
+                    pending.push(confirm.map(move |r| (i, r)));
+                }
+                Err(_) => {
+                    again[i] = true;
+                    resend.push_back(i);
+                    alive = false;
+                }
+            }
+        }
+        // The channel died: what it did not confirm is published again (its outcome unknown).
+        drop(pending);
+        let mut unsettled: Vec<usize> = in_flight.drain().collect();
+        unsettled.sort_unstable();
+        for i in unsettled {
+            again[i] = true;
+            resend.push_back(i);
+        }
+        let _ = timeout(
+            std::time::Duration::from_secs(2),
+            connection.close(200, ShortString::from("published")),
+        )
+        .await;
+    }
+    anyhow::ensure!(
+        confirmed_once.iter().all(|c| *c),
+        "some records were never confirmed"
+    );
+    out.per_queue = vec![0; queues.len()];
+    for r in &records {
+        out.per_queue[queue_of(r, queues.len())] += 1;
+    }
+    out.republished = records
+        .iter()
+        .zip(&again)
+        .filter(|(_, a)| **a)
+        .map(|(r, _)| r.clone())
+        .collect();
+    out.republished_records = out.republished.len() as u64;
+    Ok(out)
+}

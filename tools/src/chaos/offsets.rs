@@ -180,7 +180,12 @@ pub fn spawn_sampler(
 }
 
 /// Compares one sample with the previous one.
-fn record(samples: &mut Samples, last: &mut [Option<i64>], now: &[Option<i64>], at_s: f64) {
+pub(crate) fn record(
+    samples: &mut Samples,
+    last: &mut [Option<i64>],
+    now: &[Option<i64>],
+    at_s: f64,
+) {
     for (p, (before, after)) in last.iter_mut().zip(now).enumerate() {
         match (*before, *after) {
             (Some(from), Some(to)) if to < from => samples.regressions.push(Regression {

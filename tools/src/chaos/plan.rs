@@ -28,9 +28,26 @@ pub struct ChaosArgs {
     /// Processor processes at the start.
     #[arg(long, default_value_t = 3)]
     pub processors: usize,
-    /// Partitions of the topic.
+    /// Partitions of the topic (on RabbitMQ: queues, one per account modulo their number).
     #[arg(long, default_value_t = 6)]
     pub partitions: i32,
+    /// Read RabbitMQ instead of Kafka: the broker's URL (its password is never shown). The
+    /// processors read --partitions queues with single active consumer; the input is published
+    /// with publisher confirms; the broker's own counts come from --amqp-ctl.
+    #[arg(long, env = "CHAOS_AMQP_URL", hide_env_values = true)]
+    pub amqp_url: Option<String>,
+    /// rabbitmqctl for the run's node (scripts/rabbitmq/lib.sh's AMQP_CTL), for the queues'
+    /// depths at the end.
+    #[arg(long, requires = "amqp_url")]
+    pub amqp_ctl: Option<PathBuf>,
+    /// The RabbitMQ queues' type: classic or quorum.
+    #[arg(long, value_parser = batch_inbox::internals::flags::named::<batch_inbox::QueueType>(), default_value_t = batch_inbox::QueueType::Classic)]
+    pub queue_type: batch_inbox::QueueType,
+    /// The processors' AMQP heartbeat in seconds (`?heartbeat=` of their URL): the broker closes
+    /// a paused processor's connection after missing it, and a standby takes its queues over.
+    /// Pauses last three times this, and more, on RabbitMQ (--session-timeout-ms is Kafka's).
+    #[arg(long, default_value_t = 3)]
+    pub amqp_heartbeat: u64,
     /// Input records per second while producing (the first 80% of the fault phase).
     #[arg(long, default_value_t = 1000.0)]
     pub rate: f64,

@@ -91,6 +91,14 @@ impl Tally {
     }
 }
 
+/// Transactions an incarnation's report says it committed (0 without a report).
+pub fn committed_transactions(report: &Path) -> u64 {
+    std::fs::read(report)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<StatsReport>(&b).ok())
+        .map_or(0, |r| r.stats.transactions)
+}
+
 /// Records processed again after their batch had committed.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Replays {
@@ -182,8 +190,14 @@ pub struct ChaosReport {
     pub throughput: Throughput,
     /// Committed-offset samples.
     pub offsets: Samples,
-    /// Final committed offsets and high watermarks.
+    /// Final committed offsets and high watermarks (Kafka).
     pub final_lag: Vec<PartitionLag>,
+    /// Each queue at the end: published, position, depth (RabbitMQ).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<super::queues::QueueEnd>,
+    /// What the publisher confirmed and published again (RabbitMQ).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub publisher: Option<crate::amqp_publish::Published>,
     /// Processor exits the nemesis did not cause.
     pub unexpected_exits: Vec<UnexpectedExit>,
     /// Where the logs were.

@@ -222,6 +222,14 @@ retries, records replayed to a processor and replays avoided by the offsets in t
 (after a failover: back to the promoted database's position, never below it), seconds until the \
 group drained.";
 
+const RABBITMQ_NOTE: &str = "On RabbitMQ: restart_broker = the node SIGKILLed and started again \
+on its own data; a pause lasts past three AMQP heartbeats (the broker closes the paused \
+processor's connection); moves = processes that applied records, beyond one (queues taken over \
+by a standby after a kill, a pause, a leave or a broker restart, or split between the first \
+processes); replayed = deliveries committed again (redelivered after a COMMIT whose ack was lost, \
+or a publish the broker had not confirmed and received twice); regressions = a queue's position \
+in the database moving backwards.";
+
 /// The Markdown of sorted `rows`.
 pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::new();
@@ -279,6 +287,9 @@ pub fn markdown(rows: &[Row]) -> String {
         .collect();
     let _ = writeln!(s, "| total | {duration:.0} | | {} | |", totals.join(" | "));
     let _ = writeln!(s, "\n{COLUMNS_NOTE}");
+    if rows.iter().any(|r| r.broker.starts_with("RabbitMQ")) {
+        let _ = writeln!(s, "\n{RABBITMQ_NOTE}");
+    }
     s
 }
 
@@ -395,6 +406,24 @@ mod tests {
             "{md}"
         );
         assert!(md.ends_with("seconds until the group drained.\n"));
+    }
+
+    #[test]
+    fn a_rabbitmq_run_names_its_broker_and_explains_its_columns() {
+        let mut r = report(3, 60.0, false, true);
+        r["setup"]["broker"] = json!("RabbitMQ 3.10.8, 1 node, classic queues");
+        r["setup"]["group_protocol"] = json!("single-active-consumer");
+        let md = markdown(&[row("chaos-r.json", &r, &Value::Null)]);
+        assert!(md.contains(
+            "- broker: RabbitMQ 3.10.8, 1 node, classic queues; group protocol: single-active-consumer"
+        ));
+        assert!(md.trim_end().ends_with("moving backwards."), "{md}");
+        let kafka = markdown(&[row(
+            "chaos-k.json",
+            &report(3, 60.0, false, true),
+            &Value::Null,
+        )]);
+        assert!(!kafka.contains("On RabbitMQ"));
     }
 
     /// A committed campaign's table, made again from its reports.

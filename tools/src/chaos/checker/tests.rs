@@ -162,3 +162,41 @@ fn lag_and_fault_counts() {
         none.detail
     );
 }
+
+#[test]
+fn on_rabbitmq_only_bad_input_may_be_dead_lettered_again_and_no_more_than_redelivered() {
+    let mut model = expected(&[]);
+    model.dead_letters = [
+        ("missing_id".to_owned(), 3),
+        ("insufficient_funds".to_owned(), 2),
+    ]
+    .into_iter()
+    .collect();
+    let slack = DeadLetterSlack {
+        bad_input: ["missing_id".to_owned()].into_iter().collect(),
+        extra_deliveries: 1,
+    };
+    let dead = |m: u64, f: u64| -> BTreeMap<String, u64> {
+        [
+            ("missing_id".to_owned(), m),
+            ("insufficient_funds".to_owned(), f),
+        ]
+        .into_iter()
+        .collect()
+    };
+    assert!(dead_letters(&dead(3, 2), &model, None).ok);
+    assert!(!dead_letters(&dead(4, 2), &model, None).ok, "Kafka: exact");
+    assert!(dead_letters(&dead(4, 2), &model, Some(&slack)).ok);
+    assert!(
+        !dead_letters(&dead(5, 2), &model, Some(&slack)).ok,
+        "more than redelivered"
+    );
+    assert!(
+        !dead_letters(&dead(3, 3), &model, Some(&slack)).ok,
+        "a rejection twice"
+    );
+    assert!(
+        !dead_letters(&dead(2, 2), &model, Some(&slack)).ok,
+        "a loss"
+    );
+}
