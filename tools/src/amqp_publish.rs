@@ -10,7 +10,7 @@ use batch_inbox::internals::amqp::declare;
 use batch_inbox::QueueType;
 use futures::stream::{FuturesUnordered, StreamExt};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::types::{FieldTable, ShortString};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 use crate::generate::Record;
@@ -44,6 +44,32 @@ pub struct AmqpPublishArgs {
     /// Write the expected outcome (counts, balances) as JSON to this file.
     #[arg(long)]
     pub expect: Option<std::path::PathBuf>,
+    /// Publish at this many records per second (paced, for latency at a fixed rate) instead of
+    /// as fast as the broker confirms.
+    #[arg(long)]
+    pub rate: Option<f64>,
+}
+
+/// A record's properties: persistent, its id in `message_id`, the send time in the `timestamp`
+/// property (seconds) and, to the millisecond, in the `timestamp_in_ms` header (what RabbitMQ's
+/// message timestamp interceptor sets; the processor measures end-to-end latency from it).
+fn properties_of(record: &Record) -> BasicProperties {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut headers = FieldTable::default();
+    headers.insert(
+        ShortString::from("timestamp_in_ms"),
+        AMQPValue::LongLongInt(i64::try_from(now.as_millis()).unwrap_or(i64::MAX)),
+    );
+    let mut properties = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_timestamp(now.as_secs())
+        .with_headers(headers);
+    if let Some(id) = &record.id {
+        properties = properties.with_message_id(ShortString::from(id.as_str()));
+    }
+    properties
 }
 
 /// The queue of an account's records among `n`.
@@ -71,19 +97,11 @@ pub async fn publish(
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
     let mut pending = FuturesUnordered::new();
     let mut confirmed = 0u64;
     for record in records {
         let queue = &queues[queue_of(&record, queues.len())];
-        let mut properties = BasicProperties::default()
-            .with_delivery_mode(2)
-            .with_timestamp(now);
-        if let Some(id) = &record.id {
-            properties = properties.with_message_id(ShortString::from(id.as_str()));
-        }
+        let properties = properties_of(&record);
         let body = record.value.unwrap_or_default();
         let confirm = channel
             .basic_publish(
@@ -115,7 +133,15 @@ pub async fn run(args: AmqpPublishArgs) -> anyhow::Result<()> {
     let (records, expected) = crate::generate::generate(args.generator.settings());
     let started = std::time::Instant::now();
     let t = &args.target;
-    let n = publish(&t.url, &t.queues, t.queue_type, records).await?;
+    let n = match args.rate {
+        Some(rate) => {
+            let give_up = std::time::Duration::from_secs(60);
+            publish_paced(&t.url, &t.queues, t.queue_type, records, rate, give_up)
+                .await?
+                .confirmed
+        }
+        None => publish(&t.url, &t.queues, t.queue_type, records).await?,
+    };
     let secs = started.elapsed().as_secs_f64();
     println!(
         "published {n} records in {secs:.1}s ({:.0}/s)",
@@ -297,9 +323,6 @@ pub async fn publish_paced(
     let mut next = 0usize;
     let mut out = Published::default();
     let mut unreachable_since: Option<Instant> = None;
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
     while next < n || !resend.is_empty() {
         let (connection, channel) = match confirmed_channel(url, queues, kind).await {
             Ok(c) => {
@@ -377,12 +400,7 @@ pub async fn publish_paced(
             };
             let record = &records[i];
             let queue = &queues[queue_of(record, queues.len())];
-            let mut properties = BasicProperties::default()
-                .with_delivery_mode(2)
-                .with_timestamp(now_s);
-            if let Some(id) = &record.id {
-                properties = properties.with_message_id(ShortString::from(id.as_str()));
-            }
+            let properties = properties_of(record);
             let body = record.value.clone().unwrap_or_default();
             match channel
                 .basic_publish(
