@@ -644,6 +644,17 @@ impl Reader {
         let Some(start) = self.start_position().await else {
             return Ok(()); // stopping
         };
+        // A database that went back below what this process acknowledged while no channel was
+        // open (between two runs) lost records the queue no longer holds: stop, as a rewind does.
+        if let Some(through) = self.state.acked.through() {
+            if start < through {
+                return Err(RunError::Amqp(AmqpError::Refused(acks::lost_below(
+                    &self.queue,
+                    start,
+                    through,
+                ))));
+            }
+        }
         let base = start;
         let (acks, ack_task) = ChannelAcks::new(
             self.queue.clone(),

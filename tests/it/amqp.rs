@@ -844,12 +844,16 @@ async fn a_postgres_crash_holds_the_queue_and_readyz_then_resumes_exactly_once()
     );
     wait_for_all(&pool, &expected).await;
     let (_, body) = crate::common::http::get(metrics, "/metrics").await;
-    // The batch in flight was held, not given back: nothing came again.
-    assert_eq!(
-        metric(&body, "batch_inbox_redeliveries_total"),
-        0.0,
-        "{body}"
-    );
+    // The batch in flight was held, not given back: nothing came again, unless the crash
+    // landed between a COMMIT and its answer (the next write then finds the database ahead,
+    // and the channel ends to be numbered from it again: a rewind, counted).
+    if metric(&body, "batch_inbox_positions_rewound_total") == 0.0 {
+        assert_eq!(
+            metric(&body, "batch_inbox_redeliveries_total"),
+            0.0,
+            "{body}"
+        );
+    }
     let out = p.stop().await;
     out.assert_exit(0);
     assert_exact(&pool, &expected).await;
@@ -861,7 +865,9 @@ async fn connections_cut_in_the_middle_of_batches_apply_nothing_twice() {
     let _node = NODE.lock().await;
     let q = queue("cut");
     let (db, pool) = fresh_db("amqp_cut").await;
-    let (records, expected) = input(60_000, 23);
+    // Enough input that both cuts land in the middle even on a fast machine (rabbitmqctl takes
+    // about a second to start).
+    let (records, expected) = input(150_000, 23);
     publish(
         &amqp_url(),
         std::slice::from_ref(&q),
@@ -875,7 +881,7 @@ async fn connections_cut_in_the_middle_of_batches_apply_nothing_twice() {
     let metrics = p.metrics_addr().await;
     // The broker cuts every connection twice while batches are in flight: each time the
     // channel's unacknowledged deliveries go back to the queue, and the processor connects again.
-    for share in [4, 2] {
+    for share in [8, 4] {
         wait_for_rows(&pool, expected.new / share).await;
         ctl(&["close_all_connections", "cut by the test"]);
     }

@@ -136,9 +136,19 @@ pub async fn run(args: AmqpPublishArgs) -> anyhow::Result<()> {
     let n = match args.rate {
         Some(rate) => {
             let give_up = std::time::Duration::from_secs(60);
-            publish_paced(&t.url, &t.queues, t.queue_type, records, rate, give_up)
-                .await?
-                .confirmed
+            // As many in flight as the unpaced publisher: at 20,000/s and 20 ms per confirm,
+            // 400 await theirs at any time.
+            publish_paced(
+                &t.url,
+                &t.queues,
+                t.queue_type,
+                records,
+                rate,
+                give_up,
+                IN_FLIGHT,
+            )
+            .await?
+            .confirmed
         }
         None => publish(&t.url, &t.queues, t.queue_type, records).await?,
     };
@@ -273,10 +283,11 @@ pub struct Published {
     pub reconnects: u64,
 }
 
-/// Most paced publishes awaiting their confirmation at once: a broker killed with them in flight
-/// leaves their outcome unknown, so they are published again (and may be in their queue twice).
-/// A paced publisher catching up after an outage needs no more than this to keep its pace.
-const PACED_IN_FLIGHT: usize = 256;
+/// Most paced publishes awaiting their confirmation at once in the chaos run: a broker killed
+/// with them in flight leaves their outcome unknown, so they are published again (and may be in
+/// their queue twice). A paced publisher catching up after an outage needs no more than this to
+/// keep a pace of a few thousand per second.
+pub const PACED_IN_FLIGHT: usize = 256;
 
 /// The longest wait for a confirmation before the channel is taken for dead.
 const CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
@@ -310,7 +321,12 @@ pub async fn publish_paced(
     records: Vec<Record>,
     rate: f64,
     give_up: std::time::Duration,
+    most_in_flight: usize,
 ) -> anyhow::Result<Published> {
+    anyhow::ensure!(
+        rate.is_finite() && rate > 0.0,
+        "the rate must be a number of records per second above 0"
+    );
     use futures::FutureExt;
     use std::collections::VecDeque;
     use tokio::time::{sleep_until, timeout, Instant};
@@ -347,7 +363,8 @@ pub async fn publish_paced(
         let mut alive = true;
         while alive && (next < n || !resend.is_empty() || !pending.is_empty()) {
             // Settle what is confirmed; wait for some when too many are in flight, or at the end.
-            let must_wait = pending.len() >= PACED_IN_FLIGHT || (next >= n && resend.is_empty());
+            let must_wait =
+                pending.len() >= most_in_flight.max(1) || (next >= n && resend.is_empty());
             loop {
                 let got = if must_wait && !pending.is_empty() {
                     match timeout(CONFIRM_TIMEOUT, pending.next()).await {

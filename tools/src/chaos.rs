@@ -392,6 +392,7 @@ async fn publish(
         records,
         rate,
         Duration::from_secs(120),
+        crate::amqp_publish::PACED_IN_FLIGHT,
     )
     .await
     .map_err(|e| ChaosError::Setup(url.scrub(&format!("publishing: {e:#}"))))?;

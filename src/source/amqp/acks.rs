@@ -182,15 +182,7 @@ impl OffsetSink for ChannelAcks {
 
     fn rewind(&self, topic: &str, _partition: i32, next_offset: Option<i64>) -> Result<(), String> {
         let target = next_offset.unwrap_or(0);
-        let refused = |acknowledged: i64| {
-            format!(
-                "queue {topic}: the database holds position {target}, below {acknowledged} \
-                 already acknowledged to RabbitMQ: the records between were acknowledged \
-                 and are gone from the queue (the database went back in time: a restore, \
-                 or a failover to a replica that lagged). A queue cannot be read again; \
-                 see docs/RABBITMQ.md, \"A database that goes back in time\""
-            )
-        };
+        let refused = |acknowledged: i64| lost_below(topic, target, acknowledged);
         // First no ack beyond the target may leave (one queued for a batch the database lost
         // is dropped), then what was sent is checked.
         self.acked.gate.lower(target).map_err(refused)?;
@@ -205,6 +197,17 @@ impl OffsetSink for ChannelAcks {
         self.lock().clear();
         Ok(())
     }
+}
+
+/// What a database that went back below `acknowledged` (to `held`) lost on `queue`.
+pub(super) fn lost_below(queue: &str, held: i64, acknowledged: i64) -> String {
+    format!(
+        "queue {queue}: the database holds position {held}, below {acknowledged} already \
+         acknowledged to RabbitMQ: the records between were acknowledged and are gone from the \
+         queue (the database went back in time: a restore, or a failover to a replica that \
+         lagged). A queue cannot be read again; see docs/RABBITMQ.md, \"A database that goes \
+         back in time\""
+    )
 }
 
 /// How long an ack may take to be handed to the connection.
@@ -230,9 +233,19 @@ async fn send_acks(
         }
         // An ack on a connection that died may never be answered by the client: given up after
         // ACK_TIMEOUT, like a refused one (the channel is gone; its deliveries come back).
-        let sent = tokio::time::timeout(ACK_TIMEOUT, acker.ack(BasicAckOptions { multiple: true }))
-            .await
-            .unwrap_or(Ok(false));
+        let sent =
+            match tokio::time::timeout(ACK_TIMEOUT, acker.ack(BasicAckOptions { multiple: true }))
+                .await
+            {
+                Ok(sent) => sent,
+                Err(_) => {
+                    // The client took the ack on the first poll: it may still leave when the
+                    // socket drains. Counted as acknowledged, so that no rewind below it is
+                    // accepted.
+                    acked.through.fetch_max(next, Ordering::AcqRel);
+                    Ok(false)
+                }
+            };
         match sent {
             Ok(true) => {
                 acked.through.fetch_max(next, Ordering::AcqRel);

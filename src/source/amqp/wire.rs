@@ -157,10 +157,20 @@ fn guard(frame: &[u8], out: &mut Vec<u8>, frame_max: &mut u32, client: Option<u3
             Some(payload) => push_frame(out, frame, &payload),
             None => out.extend_from_slice(frame),
         },
-        (FRAME_HEADER, Some(CLASS_BASIC), _) => match content_header(payload, *frame_max) {
-            Some(payload) => push_frame(out, frame, &payload),
-            None => out.extend_from_slice(frame),
-        },
+        (FRAME_HEADER, Some(CLASS_BASIC), _) => {
+            // A header larger than the client accepts (the broker checks only what it
+            // receives, and adds headers of its own: x-death, x-delivery-count) would make the
+            // client drop the connection: it becomes an empty carrier, a header error.
+            let too_large = *frame_max != 0 && frame.len() > *frame_max as usize;
+            let guarded = match too_large {
+                true => Some(carrier(&payload[..12.min(payload.len())], &[])),
+                false => content_header(payload, *frame_max),
+            };
+            match guarded {
+                Some(payload) => push_frame(out, frame, &payload),
+                None => out.extend_from_slice(frame),
+            }
+        }
         _ => out.extend_from_slice(frame),
     }
 }
@@ -236,9 +246,16 @@ fn content_header(payload: &[u8], frame_max: u32) -> Option<Vec<u8>> {
         max if frame_len <= max as usize => properties,
         _ => &[],
     };
+    Some(carrier(&payload[..12], carried))
+}
+
+/// A content header payload: `head` (class, weight, body size) and one header,
+/// [`RAW_PROPERTIES`], holding `carried`.
+fn carrier(head: &[u8], carried: &[u8]) -> Vec<u8> {
+    let key = RAW_PROPERTIES.as_bytes();
     let table_len = 1 + key.len() + 1 + 4 + carried.len();
-    let mut out = Vec::with_capacity(overhead + carried.len());
-    out.extend_from_slice(&payload[..12]);
+    let mut out = Vec::with_capacity(head.len() + 2 + 4 + table_len);
+    out.extend_from_slice(head);
     out.extend_from_slice(&FLAG_HEADERS.to_be_bytes());
     out.extend_from_slice(&(table_len as u32).to_be_bytes());
     out.push(key.len() as u8);
@@ -246,7 +263,7 @@ fn content_header(payload: &[u8], frame_max: u32) -> Option<Vec<u8>> {
     out.push(b'x');
     out.extend_from_slice(&(carried.len() as u32).to_be_bytes());
     out.extend_from_slice(carried);
-    Some(out)
+    out
 }
 
 /// A property list read from its bytes (the slow path of module `delivery`, and the guard's

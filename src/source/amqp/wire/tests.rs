@@ -254,3 +254,30 @@ fn trailing_or_missing_property_bytes_are_errors() {
     let p = properties(b"m", Some(1), None);
     assert!(read(&p[..p.len() - 2], true).is_err());
 }
+
+#[test]
+fn a_readable_header_larger_than_the_client_accepts_becomes_an_empty_carrier() {
+    // The broker added headers (x-death, x-delivery-count) past the negotiated frame_max: the
+    // client would drop the connection on the frame as it is.
+    let table = long_entry(b"x-death", &[b'x'; 200]);
+    let original = properties(b"m-5", None, Some(&table));
+    assert!(parse_properties(&original[..]).is_ok());
+    let whole = frame(FRAME_HEADER, &header(&original));
+    let out = through(&whole, 1 << 16, (whole.len() - 1) as u32);
+    assert!(out.len() < whole.len());
+    let payload = payload_of(&out);
+    assert_eq!(&payload[..12], &header(&[])[..12]);
+    let (_, parsed) = parse_properties(&payload[12..]).unwrap();
+    match parsed
+        .headers()
+        .clone()
+        .unwrap()
+        .inner()
+        .get(RAW_PROPERTIES)
+    {
+        Some(AMQPValue::ByteArray(b)) => assert!(b.as_slice().is_empty()),
+        other => panic!("{other:?}"),
+    }
+    // At the limit exactly, it passes as it is.
+    assert_eq!(through(&whole, 1 << 16, whole.len() as u32), whole);
+}
