@@ -253,6 +253,9 @@ pub enum RunError {
     /// RabbitMQ refused a setting, the login or a queue's declaration.
     #[error(transparent)]
     Amqp(#[from] AmqpError),
+    /// NATS JetStream refused a setting, the login, the stream or the consumer.
+    #[error(transparent)]
+    Nats(#[from] NatsError),
     /// A batch failed for a reason retrying cannot fix; its offsets were not committed.
     #[error("batch of {topic}/{partition} at offset {offset} failed: {source}")]
     Batch {
@@ -399,6 +402,29 @@ pub enum AmqpError {
     /// read, waited for (a clustered queue whose node is down answers so until it is back).
     #[error("rabbitmq: {0}")]
     NotFound(String),
+}
+
+/// Why the NATS JetStream source refused to start or stopped (module `source::nats`).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum NatsError {
+    /// A setting the source cannot run with, or a stream or consumer setting that can lose
+    /// messages.
+    #[error("nats: {0}")]
+    Settings(String),
+    /// The server refused the login or a JetStream request: retrying does not help.
+    #[error("nats refused: {0}")]
+    Refused(String),
+    /// The server could not be reached, the connection failed, or a request got no answer.
+    #[error("nats: {0}")]
+    Unreachable(String),
+}
+
+impl NatsError {
+    /// Whether retrying cannot help.
+    pub(crate) fn is_refusal(&self) -> bool {
+        matches!(self, NatsError::Refused(_) | NatsError::Settings(_))
+    }
 }
 
 impl AmqpError {

@@ -186,6 +186,7 @@ pub use secret::DatabaseUrl;
 pub use service::{Service, ServiceConfig};
 pub use source::amqp::{AmqpSettings, AmqpUrl, QueueType};
 pub use source::kafka::consumer::KafkaSettings;
+pub use source::nats::{NatsSettings, NatsUrl};
 pub use unsafe_controls::UnsafeControls;
 
 // What a run did.
@@ -206,6 +207,7 @@ pub use observe::exporter::ExporterError;
 pub use service::ServiceError;
 pub use source::amqp::AmqpError;
 pub use source::kafka::consumer::KafkaStartupError;
+pub use source::nats::NatsError;
 
 // The handlers that ship with it: the ledger is a module (above), the SQL handler is these.
 pub use handlers::sql_handler::{JsonPayload, SqlHandler, SqlStatement};

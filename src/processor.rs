@@ -23,6 +23,7 @@ use crate::pipeline::worker::{PartitionWorker, WorkerSettings};
 use crate::source::amqp::{AmqpError, AmqpSettings, AmqpSource};
 use crate::source::kafka::consumer::KafkaSettings;
 use crate::source::kafka::KafkaSource;
+use crate::source::nats::{NatsSettings, NatsSource};
 use crate::source::{Input, OffsetSink, PartitionRun, Partitions, RunPartition, Source};
 
 /// Everything a processor needs besides the database pool and the handler.
@@ -33,6 +34,8 @@ pub struct ProcessorConfig {
     pub kafka: KafkaSettings,
     /// Read RabbitMQ queues instead of Kafka (`None`: Kafka).
     pub amqp: Option<AmqpSettings>,
+    /// Read a NATS JetStream stream instead of Kafka (`None`: Kafka).
+    pub nats: Option<NatsSettings>,
     /// Batching, mode and retries.
     pub worker: WorkerSettings,
     /// How records are decoded: where ids come from (by default the UUID of header `id`),
@@ -63,6 +66,7 @@ impl ProcessorConfig {
         Self {
             kafka,
             amqp: None,
+            nats: None,
             worker: WorkerSettings::default(),
             decoding: Decoding::default(),
             exit_on_eof: false,
@@ -77,6 +81,9 @@ impl ProcessorConfig {
     /// Kafka consumer's ([`KafkaSettings::check`]), or the queues' ([`AmqpSettings::check`], and
     /// ids from positions, which a queue gives anew to each delivery).
     pub fn check(&self) -> Result<(), RunError> {
+        if let Some(nats) = &self.nats {
+            return Ok(nats.check(self.offsets_in_db)?);
+        }
         let Some(amqp) = &self.amqp else {
             return Ok(self.kafka.check(self.offsets_in_db)?);
         };
@@ -125,10 +132,13 @@ pub async fn run_with_stats<H: Handler>(
     // Refused settings end the run before anything else is set up.
     config.check()?;
     // Positions in the database are the reader's: Kafka's group id, the queues' reader name.
-    let positions = config.offsets_in_db.then_some(match &config.amqp {
-        Some(amqp) => amqp.reader.as_str(),
-        None => config.kafka.group.as_str(),
-    });
+    let positions = config
+        .offsets_in_db
+        .then_some(match (&config.amqp, &config.nats) {
+            (_, Some(nats)) => nats.consumer.as_str(),
+            (Some(amqp), None) => amqp.reader.as_str(),
+            (None, None) => config.kafka.group.as_str(),
+        });
     // While the consumer joins its group: the connections the first batches will use, opened,
     // their statements prepared.
     let mut statements = handler.statements();
@@ -139,6 +149,16 @@ pub async fn run_with_stats<H: Handler>(
     );
     tokio::spawn(crate::db::warm(pool.clone(), statements));
     let workers = Workers::new(&config, positions, pool.clone(), handler, stats.clone());
+    if let Some(mut settings) = config.nats {
+        settings.batch_size = config.worker.batcher.max_items.get();
+        let source = NatsSource {
+            settings,
+            exit_on_eof: config.exit_on_eof,
+            pool,
+            stats,
+        };
+        return source.run(workers, shutdown).await;
+    }
     if let Some(settings) = config.amqp {
         let source = AmqpSource {
             settings,

@@ -118,6 +118,9 @@ pub enum ServiceError {
     /// RabbitMQ refused the start (the login, a queue's declaration) or could not be reached.
     #[error(transparent)]
     Amqp(#[from] crate::error::AmqpError),
+    /// NATS JetStream refused the settings, the login, the stream or the consumer.
+    #[error(transparent)]
+    Nats(#[from] crate::error::NatsError),
     /// The inbox partitions could not be prepared.
     #[error(transparent)]
     Retention(#[from] RetentionError),
@@ -222,9 +225,14 @@ impl<T> Service<T> {
         let config = &self.config;
         // Before anything is consumed: refused credentials, a failed handshake, a missing ACL or
         // no broker within the start-up timeout end the start here, with the cause.
-        match &config.processor.amqp {
-            Some(amqp) => amqp.probe(self.probe_time()).await?,
-            None => config.processor.kafka.probe(self.probe_time()).await?,
+        match (&config.processor.amqp, &config.processor.nats) {
+            (_, Some(nats)) => {
+                let mut nats = nats.clone();
+                nats.batch_size = config.processor.worker.batcher.max_items.get();
+                nats.probe(self.probe_time()).await?
+            }
+            (Some(amqp), None) => amqp.probe(self.probe_time()).await?,
+            (None, None) => config.processor.kafka.probe(self.probe_time()).await?,
         }
         let maintenance = self.start_maintenance().await?;
         let stats_file = config.stats_file.clone().map(|path| {
@@ -268,7 +276,7 @@ impl<T> Service<T> {
         // A queue keeps a record until it is acknowledged: a redelivery is never older than the
         // oldest unacknowledged delivery, so only a topic's retention is compared.
         if let Some(window) = config.retention.or(config.dedup_window) {
-            if config.processor.amqp.is_none() {
+            if config.processor.amqp.is_none() && config.processor.nats.is_none() {
                 retention::topic::warn_if_topic_outlives(&config.processor.kafka, window).await;
             }
         }

@@ -99,6 +99,7 @@ use crate::error::RunError;
 pub(crate) mod amqp;
 pub(crate) mod kafka;
 pub mod key;
+pub(crate) mod nats;
 pub(crate) mod positions;
 pub(crate) mod record;
 

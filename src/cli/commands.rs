@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use batch_inbox::{AmqpSettings, AmqpUrl, KafkaSettings, ProcessorConfig, QueueType};
+use batch_inbox::{
+    AmqpSettings, AmqpUrl, KafkaSettings, NatsSettings, NatsUrl, ProcessorConfig, QueueType,
+};
 
 use batch_inbox::internals::{defaults, names::parse_interval};
 
@@ -79,10 +81,33 @@ pub struct RunArgs {
     /// database are kept under).
     #[arg(long, env = "BATCH_INBOX_GROUP", default_value = defaults::GROUP)]
     pub group: String,
-    /// Read RabbitMQ instead of Kafka: the broker's URL, `amqp://user:password@host:5672/vhost`
-    /// or `amqps://…` (its password is never shown), with --queue.
+    /// Read RabbitMQ or NATS JetStream instead of Kafka: the broker's URL,
+    /// `amqp://user:password@host:5672/vhost` or `amqps://…` with --queue, or
+    /// `nats://user:password@host:4222` (or `nats://token@host`) with --stream. Its password or
+    /// token is never shown.
     #[arg(long, env = "BATCH_INBOX_SOURCE", value_name = "URL", value_parser = SourceParser)]
-    pub source: Option<AmqpUrl>,
+    pub source: Option<SourceUrl>,
+    /// The JetStream stream to read (with --source nats://…), through the durable pull consumer
+    /// --consumer.
+    #[arg(long, env = "BATCH_INBOX_STREAM", value_name = "STREAM")]
+    pub stream: Option<String>,
+    /// The durable pull consumer of --stream (default: --group), created when missing: ack
+    /// policy all, max_deliver unlimited, max_ack_pending two batches. One instance reads it at a
+    /// time (the others stand by); the stream sequence is kept in the database under its name.
+    #[arg(long, env = "BATCH_INBOX_CONSUMER", value_name = "NAME")]
+    pub consumer: Option<String>,
+    /// The subject the consumer reads when it is created (default: the whole stream).
+    #[arg(long, env = "BATCH_INBOX_FILTER_SUBJECT", value_name = "SUBJECT")]
+    pub filter_subject: Option<String>,
+    /// The consumer's ack_wait when it is created: a delivery unacknowledged this long is
+    /// delivered again (held batches are kept in progress meanwhile). `30s`, `1m`.
+    #[arg(
+        long,
+        env = "BATCH_INBOX_ACK_WAIT",
+        default_value = "30s",
+        value_parser = parse_interval
+    )]
+    pub ack_wait: Duration,
     /// A RabbitMQ queue to read (repeatable, or a comma list), each an ordered stream read by
     /// one instance at a time (single active consumer). Declared durable at start when missing.
     #[arg(
@@ -183,8 +208,18 @@ impl RunArgs {
     /// Refuses handler settings that would be silently unused or that do not fit the topics.
     pub fn check_handler(&self) -> Result<(), String> {
         self.handler.check()?;
+        if self.stream.is_some() && !matches!(self.source, Some(SourceUrl::Nats(_))) {
+            return Err(
+                "--stream reads a NATS JetStream stream: give the server with --source nats://…"
+                    .to_owned(),
+            );
+        }
         match &self.source {
-            Some(_) => self.handler.check_routes(&self.distinct_queues()),
+            Some(SourceUrl::Nats(_)) => match &self.stream {
+                Some(stream) => self.handler.check_routes(std::slice::from_ref(stream)),
+                None => Err("--source nats://… reads a JetStream stream: give --stream".to_owned()),
+            },
+            Some(SourceUrl::Amqp(_)) => self.handler.check_routes(&self.distinct_queues()),
             None if !self.queues.is_empty() => Err(
                 "--queue reads a RabbitMQ queue: give the broker with --source amqp://…".to_owned(),
             ),
@@ -212,7 +247,21 @@ impl RunArgs {
         }
         config.offsets_in_db = self.offsets_in_db;
         config.dedup_window = self.dedup_window.or(self.retention);
-        if let Some(url) = &self.source {
+        if let Some(SourceUrl::Nats(url)) = &self.source {
+            let consumer = self.consumer.clone().unwrap_or_else(|| self.group.clone());
+            let stream = self.stream.clone().unwrap_or_default();
+            let mut nats = NatsSettings::new(url.clone(), stream, consumer);
+            nats.filter_subject = self.filter_subject.clone();
+            nats.ack_wait = self.ack_wait;
+            nats.batch_size = self.pipeline.batch_size.get();
+            config.nats = Some(nats);
+            // A JetStream record's id: the Nats-Msg-Id header (JetStream's own publish dedup
+            // key) unless told otherwise.
+            if self.pipeline.ids.id_header == defaults::ID_HEADER {
+                config.decoding.ids.header = "Nats-Msg-Id".to_owned();
+            }
+        }
+        if let Some(SourceUrl::Amqp(url)) = &self.source {
             let mut amqp = AmqpSettings::new(url.clone(), self.distinct_queues(), &self.group);
             amqp.queue_type = self.queue_type;
             amqp.prefetch = AmqpSettings::prefetch_for(self.pipeline.batch_size.get());
@@ -231,13 +280,22 @@ impl RunArgs {
     }
 }
 
-/// `--source`: a RabbitMQ URL. Its error never quotes the value, which may hold a password
-/// (clap's own error would).
+/// `--source`: the broker that is not Kafka.
+#[derive(Debug, Clone)]
+pub enum SourceUrl {
+    /// RabbitMQ.
+    Amqp(AmqpUrl),
+    /// NATS JetStream.
+    Nats(NatsUrl),
+}
+
+/// `--source`: a RabbitMQ or NATS URL. Its error never quotes the value, which may hold a
+/// password (clap's own error would).
 #[derive(Clone)]
 struct SourceParser;
 
 impl clap::builder::TypedValueParser for SourceParser {
-    type Value = AmqpUrl;
+    type Value = SourceUrl;
 
     fn parse_ref(
         &self,
@@ -245,12 +303,13 @@ impl clap::builder::TypedValueParser for SourceParser {
         _arg: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
     ) -> Result<Self::Value, clap::Error> {
-        match value.to_str().filter(|s| AmqpUrl::is_amqp(s)) {
-            Some(s) => Ok(AmqpUrl::new(s.trim())),
-            None => Err(clap::Error::raw(
+        match value.to_str() {
+            Some(s) if AmqpUrl::is_amqp(s) => Ok(SourceUrl::Amqp(AmqpUrl::new(s.trim()))),
+            Some(s) if NatsUrl::is_nats(s) => Ok(SourceUrl::Nats(NatsUrl::new(s.trim()))),
+            _ => Err(clap::Error::raw(
                 clap::error::ErrorKind::ValueValidation,
-                "--source takes a RabbitMQ URL, amqp://… or amqps://… (the value is not shown: \
-                 it may hold a password); Kafka is read with --brokers\n",
+                "--source takes a RabbitMQ URL (amqp://… or amqps://…) or a NATS URL (nats://…) \
+                 (the value is not shown: it may hold a password); Kafka is read with --brokers\n",
             )
             .with_cmd(cmd)),
         }

@@ -355,7 +355,12 @@ fn describe(
 /// password of the database URL in any form, the value of a sensitive `-X` property, the whole
 /// value of any other flag whose environment value `--help` hides, and the password of any URL.
 pub fn redact(arg: &clap::Arg, value: &str) -> String {
-    if arg.get_id() == "database_url" || (value.contains("://") && !arg.is_hide_env_values_set()) {
+    if batch_inbox::NatsUrl::is_nats(value) {
+        // A NATS URL's user part may be a token: hidden whole.
+        batch_inbox::NatsUrl::new(value).redacted()
+    } else if arg.get_id() == "database_url"
+        || (value.contains("://") && !arg.is_hide_env_values_set())
+    {
         redact_database_url(value)
     } else if arg.get_short() == Some('X') {
         redact_property_arg(value)

@@ -1,0 +1,1022 @@
+//! The NATS JetStream source: a stream read through one durable pull consumer as one ordered
+//! partition (partition 0 of a "topic" named after the stream), its stream sequence the position,
+//! in batches pulled up to the batch size, acknowledged once per batch after its COMMIT
+//! (`AckPolicy::All` on the batch's last message), kept from redelivery while a batch is held
+//! with in-progress acknowledgements (`+WPI`, module `acks`).
+//!
+//! **One puller.** `AckPolicy::All` acknowledges every lower sequence of the consumer, and a
+//! position is one number per partition: both need one instance reading the consumer at a time.
+//! An instance reads only while it holds a PostgreSQL advisory lock named after the stream and
+//! the consumer, on a session of its own; the others wait for it as standbys (like RabbitMQ's
+//! single active consumer), so they need no coordination of their own and nothing outside the
+//! database decides. An instance that loses its lock session drops its run at once (the batch
+//! being committed, if any, is decided by the database's compare-and-set of the position).
+//!
+//! **A run** (a connection's reading of the consumer, from the lock or the last run's end):
+//! - The consumer is checked (or created: durable, pull, `AckPolicy::All`, unlimited
+//!   `max_deliver`, `max_ack_pending` two batches, `ack_wait` from the settings).
+//! - The database's position is read (created at 0 on the first run). A position below the
+//!   consumer's acknowledgement floor means the database went back in time (a restore, a
+//!   failover to a replica that lagged): the consumer is created again at the database's position
+//!   (`deliver_policy: by_start_sequence`), so the records acknowledged after the backup are read
+//!   again; a stream that no longer holds them stops the processor, saying so.
+//! - Deliveries still unacknowledged from an earlier run (a crash, a dropped connection, another
+//!   instance) are waited for: the first pull goes out only after `ack_wait`, when the server
+//!   delivers them again before anything new. Pulling at once would hand later sequences first,
+//!   and the position would pass records nobody committed.
+//! - A delivery below the position the run reached was committed (below the database's position)
+//!   or is being applied (this run holds it): it is acknowledged again, or left to its batch.
+//!
+//! Invariant: a delivery is acknowledged only after the transaction that holds it (or its
+//! duplicate's skip, or its dead letter) committed, or when the database's position is past it.
+
+mod acks;
+mod api;
+mod delivery;
+mod proto;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use crate::error::NatsError;
+use crate::error::RunError;
+use crate::observe::stats::Stats;
+use crate::secret::MASK;
+use crate::source::{positions, Input, OffsetSink, PartitionRun, Partitions, Source};
+use acks::RunAcks;
+use api::{Answer, ConsumerConfig, ConsumerInfo};
+use proto::Conn;
+
+/// A NATS URL (`nats://user:password@host:port`, `nats://token@host:port`), which may hold a
+/// password or a token. `Debug` shows it with them hidden; there is no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NatsUrl(String);
+
+impl NatsUrl {
+    /// Wraps a URL.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self(url.into())
+    }
+
+    /// Whether the URL names NATS (`nats://` or `tls://`).
+    pub fn is_nats(url: &str) -> bool {
+        let lower = url.trim_start().to_ascii_lowercase();
+        lower.starts_with("nats://") || lower.starts_with("tls://")
+    }
+
+    /// The URL with its password or token hidden, for showing.
+    pub fn redacted(&self) -> String {
+        match self.userinfo() {
+            Some((user, Some(_))) => self.0.replacen(
+                &self.0[self.scheme_end()..self.at().unwrap_or(0)],
+                &format!("{user}:{MASK}"),
+                1,
+            ),
+            Some((_, None)) => {
+                self.0
+                    .replacen(&self.0[self.scheme_end()..self.at().unwrap_or(0)], MASK, 1)
+            }
+            None => self.0.clone(),
+        }
+    }
+
+    /// `text` with this URL's password or token replaced by `***`.
+    pub fn scrub(&self, text: &str) -> String {
+        match self.userinfo() {
+            Some((_, Some(p))) if !p.is_empty() => text.replace(&p, MASK),
+            Some((token, None)) if !token.is_empty() => text.replace(&token, MASK),
+            _ => text.to_owned(),
+        }
+    }
+
+    fn scheme_end(&self) -> usize {
+        self.0.find("://").map_or(0, |i| i + 3)
+    }
+
+    fn at(&self) -> Option<usize> {
+        let rest = &self.0[self.scheme_end()..];
+        let host_end = rest.find('/').unwrap_or(rest.len());
+        rest[..host_end].rfind('@').map(|i| i + self.scheme_end())
+    }
+
+    /// (user or token, password), percent-decoded.
+    fn userinfo(&self) -> Option<(String, Option<String>)> {
+        let at = self.at()?;
+        let info = &self.0[self.scheme_end()..at];
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        Some(match info.split_once(':') {
+            Some((u, p)) => (decode(u), Some(decode(p))),
+            None => (decode(info), None),
+        })
+    }
+
+    /// The credentials for `CONNECT`: (user, password) or (token, `None`).
+    fn credentials(&self) -> Option<(String, Option<String>)> {
+        self.userinfo()
+    }
+
+    /// `host:port` (4222 when the URL gives none).
+    fn address(&self) -> String {
+        let start = self.at().map_or(self.scheme_end(), |i| i + 1);
+        let rest = &self.0[start..];
+        let host = rest.split(['/', '?']).next().unwrap_or("");
+        let has_port = match host.rfind(']') {
+            Some(b) => host[b..].contains(':'),
+            None => host.contains(':'),
+        };
+        match has_port {
+            true => host.to_owned(),
+            false => format!("{host}:4222"),
+        }
+    }
+
+    /// Whether the URL asks for TLS (`tls://`).
+    fn tls(&self) -> bool {
+        self.0
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("tls://")
+    }
+}
+
+impl std::fmt::Debug for NatsUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("NatsUrl").field(&self.redacted()).finish()
+    }
+}
+
+/// How the processor reads a JetStream stream.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NatsSettings {
+    /// The server; its password or token is never shown.
+    pub url: NatsUrl,
+    /// The stream.
+    pub stream: String,
+    /// The durable pull consumer, whose name the positions in the database are kept under
+    /// (`consumer_offsets.group_id`).
+    pub consumer: String,
+    /// The subject the consumer reads, when the source creates it (`None`: the whole stream).
+    pub filter_subject: Option<String>,
+    /// The consumer's `ack_wait` when the source creates it.
+    pub ack_wait: Duration,
+    /// The largest batch: a pull asks for this many messages.
+    pub batch_size: usize,
+}
+
+impl NatsSettings {
+    /// Reading `stream` of the server at `url` through the durable consumer `consumer`.
+    pub fn new(url: NatsUrl, stream: impl Into<String>, consumer: impl Into<String>) -> Self {
+        Self {
+            url,
+            stream: stream.into(),
+            consumer: consumer.into(),
+            filter_subject: None,
+            ack_wait: Duration::from_secs(30),
+            batch_size: 1000,
+        }
+    }
+
+    /// Refuses settings the source cannot run with: a stream or consumer name JetStream cannot
+    /// carry in a subject, an `ack_wait` under a second, positions kept elsewhere than in the
+    /// database.
+    pub fn check(&self, offsets_in_db: bool) -> Result<(), NatsError> {
+        check_name("stream", &self.stream)?;
+        check_name("consumer", &self.consumer)?;
+        if self.ack_wait < Duration::from_secs(1) {
+            return Err(NatsError::Settings(
+                "--ack-wait under a second: in-progress acknowledgements could not keep a held \
+                 batch from redelivery"
+                    .to_owned(),
+            ));
+        }
+        if !offsets_in_db {
+            return Err(NatsError::Settings(
+                "the stream sequence is kept in the database with each batch, which a restored \
+                 database resumes from (--offsets-in-db must stay on)"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects within `within` (connection failures are retried; a refused login ends it at
+    /// once), checks the stream and the consumer (created when missing), then disconnects.
+    pub async fn probe(&self, within: Duration) -> Result<(), NatsError> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut failures = 0u32;
+        loop {
+            let attempt = async {
+                let conn = Conn::connect(&self.url, "batch-inbox probe", within).await?;
+                let checked = self.prepare(&conn).await.map(|_| ());
+                conn.close();
+                checked
+            };
+            match attempt.await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_refusal() => return Err(e),
+                Err(e) => {
+                    failures += 1;
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(NatsError::Unreachable(format!(
+                            "{e} (still failing after {within:?}, {failures} attempts)"
+                        )));
+                    }
+                    tracing::warn!("NATS not ready, will retry: {e}");
+                    tokio::time::sleep(backoff(failures)).await;
+                }
+            }
+        }
+    }
+
+    /// Checks the stream (warning about settings that can drop a message while a batch
+    /// stalls) and the consumer, created when missing; returns the consumer's info.
+    async fn prepare(&self, conn: &Conn) -> Result<ConsumerInfo, NatsError> {
+        let stream = match api::stream_info(conn, &self.stream).await? {
+            Answer::Ok(info) => info,
+            Answer::Err(e) if e.err_code == api::STREAM_NOT_FOUND => {
+                return Err(NatsError::Refused(format!(
+                    "stream {:?} not found: create it first (its subjects and limits are the \
+                     publishers' choice)",
+                    self.stream
+                )))
+            }
+            Answer::Err(e) => {
+                return Err(NatsError::Refused(format!("stream {:?}: {e}", self.stream)))
+            }
+        };
+        warn_stream(&self.stream, &stream.config);
+        match api::consumer_info(conn, &self.stream, &self.consumer).await? {
+            Answer::Ok(info) => {
+                self.check_consumer(&info.config)?;
+                Ok(info)
+            }
+            Answer::Err(e) if e.err_code == api::CONSUMER_NOT_FOUND => {
+                let config = self.consumer_config(None);
+                tracing::info!(
+                    stream = %self.stream, consumer = %self.consumer,
+                    "creating the durable pull consumer (ack policy all, ack wait {:?}, max ack \
+                     pending {})",
+                    self.ack_wait, config.max_ack_pending
+                );
+                self.create(conn, &config).await
+            }
+            Answer::Err(e) => Err(NatsError::Refused(format!(
+                "consumer {:?}: {e}",
+                self.consumer
+            ))),
+        }
+    }
+
+    async fn create(
+        &self,
+        conn: &Conn,
+        config: &ConsumerConfig,
+    ) -> Result<ConsumerInfo, NatsError> {
+        match api::create_consumer(conn, &self.stream, config).await? {
+            Answer::Ok(info) => Ok(info),
+            Answer::Err(e) => Err(NatsError::Refused(format!(
+                "cannot create consumer {:?} on stream {:?}: {e}",
+                self.consumer, self.stream
+            ))),
+        }
+    }
+
+    /// The consumer the source creates: at `start` (`None`: the stream's first message).
+    fn consumer_config(&self, start: Option<u64>) -> ConsumerConfig {
+        ConsumerConfig {
+            durable_name: Some(self.consumer.clone()),
+            deliver_subject: None,
+            deliver_policy: match start {
+                Some(_) => "by_start_sequence".to_owned(),
+                None => "all".to_owned(),
+            },
+            opt_start_seq: start,
+            ack_policy: "all".to_owned(),
+            ack_wait: i64::try_from(self.ack_wait.as_nanos()).unwrap_or(i64::MAX),
+            max_deliver: -1,
+            max_ack_pending: i64::try_from(self.batch_size.saturating_mul(2)).unwrap_or(i64::MAX),
+            filter_subject: self.filter_subject.clone(),
+            other: serde_json::Map::from_iter([(
+                "replay_policy".to_owned(),
+                serde_json::Value::from("instant"),
+            )]),
+        }
+    }
+
+    /// Refuses a consumer whose settings break the guarantee or the source's reading.
+    fn check_consumer(&self, c: &ConsumerConfig) -> Result<(), NatsError> {
+        let name = &self.consumer;
+        let refuse = |why: String| Err(NatsError::Settings(format!("consumer {name:?}: {why}")));
+        if c.deliver_subject.as_deref().is_some_and(|s| !s.is_empty()) {
+            return refuse(
+                "a push consumer (deliver_subject set); the source pulls: give a pull consumer's \
+                 name, or a new name to have one created"
+                    .to_owned(),
+            );
+        }
+        match c.ack_policy.as_str() {
+            "all" | "explicit" => {}
+            other => {
+                return refuse(format!(
+                    "ack_policy {other:?} acknowledges a message on delivery, before its COMMIT: \
+                     a crash loses it (use all or explicit)"
+                ))
+            }
+        }
+        if c.max_deliver > 0 {
+            return refuse(format!(
+                "max_deliver {}: a message delivered that often while a batch stalls on the \
+                 database would never be delivered again, lost to the database (set it to -1)",
+                c.max_deliver
+            ));
+        }
+        let batch = i64::try_from(self.batch_size).unwrap_or(i64::MAX);
+        if c.max_ack_pending > 0 && c.max_ack_pending < batch {
+            return refuse(format!(
+                "max_ack_pending {} is below a batch ({batch}): batches would never fill",
+                c.max_ack_pending
+            ));
+        }
+        if let (Some(want), Some(have)) = (&self.filter_subject, &c.filter_subject) {
+            if want != have {
+                return refuse(format!(
+                    "it reads {have:?}, not --filter-subject {want:?}; a consumer's filter is its \
+                     own"
+                ));
+            }
+        }
+        if c.ack_wait > 0 && c.ack_wait < 1_000_000_000 {
+            return refuse(format!(
+                "ack_wait {} ms is under a second: in-progress acknowledgements could not keep a \
+                 held batch from redelivery",
+                c.ack_wait / 1_000_000
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A stream or consumer name: a subject token (no `.`, `*`, `>`, blanks or control bytes), at
+/// most 255 bytes.
+fn check_name(what: &str, name: &str) -> Result<(), NatsError> {
+    let bad =
+        |c: char| matches!(c, '.' | '*' | '>' | '/' | '\\') || c.is_whitespace() || c.is_control();
+    if name.is_empty() || name.len() > 255 || name.chars().any(bad) {
+        return Err(NatsError::Settings(format!(
+            "{what} name {name:?}: 1 to 255 bytes without '.', '*', '>', slashes, blanks or \
+             control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Warns about a stream's settings that can remove a message before it is applied (while a
+/// batch stalls on the database) or that a restored database cannot read again.
+fn warn_stream(stream: &str, c: &api::StreamConfig) {
+    if c.max_age > 0 {
+        tracing::warn!(
+            stream,
+            max_age_s = c.max_age / 1_000_000_000,
+            "the stream removes messages older than its max_age, applied or not: a stall on the \
+             database longer than that loses them"
+        );
+    }
+    let limited = c.max_msgs > 0 || c.max_bytes > 0 || c.max_msgs_per_subject > 0;
+    if limited && c.discard != "new" {
+        tracing::warn!(
+            stream,
+            "the stream discards its oldest messages at its limits (max_msgs, max_bytes, \
+             max_msgs_per_subject), applied or not: while a batch stalls, a full stream loses \
+             them (discard new refuses publishers instead)"
+        );
+    }
+    match c.retention.as_str() {
+        "workqueue" | "interest" => tracing::warn!(
+            stream,
+            retention = %c.retention,
+            "the stream deletes a message once it is acknowledged: a database restored from a \
+             backup cannot read again what was acknowledged after it (limits retention keeps them)"
+        ),
+        _ => {}
+    }
+}
+
+/// The delay before the `failures`-th retry: 100 ms doubling, at most 5 s.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(100u64 << failures.min(6)).min(Duration::from_secs(5))
+}
+
+/// A run shorter than this counts as a failure for the backoff.
+const SHORT_RUN: Duration = Duration::from_secs(1);
+
+/// How long a pull request waits for messages, and with `--exit-on-eof` (when an empty answer
+/// is the end).
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+const PULL_EXPIRES_EOF: Duration = Duration::from_millis(250);
+
+/// How long after a pull's expiry its answer may be late before the connection counts as lost.
+const PULL_GRACE: Duration = Duration::from_secs(10);
+
+/// How often `--exit-on-eof` looks whether the consumer is drained.
+const DRAIN_POLL: Duration = Duration::from_millis(250);
+
+/// How often the lock's session is checked.
+const LOCK_POLL: Duration = Duration::from_secs(1);
+
+/// A JetStream stream as a [`Source`]. Its settings were checked ([`NatsSettings::check`]).
+pub(crate) struct NatsSource {
+    /// The server, the stream and the consumer.
+    pub settings: NatsSettings,
+    /// Return once the consumer has nothing pending or unacknowledged and every record read is
+    /// committed.
+    pub exit_on_eof: bool,
+    /// The database: the positions, and the lock that makes one instance read.
+    pub pool: Pool,
+    /// What the run counts.
+    pub stats: Arc<Stats>,
+}
+
+impl Source for NatsSource {
+    async fn run(
+        self,
+        partitions: Arc<dyn Partitions>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), RunError> {
+        let stop = CancellationToken::new();
+        let drained = Arc::new(AtomicBool::new(false));
+        let reader = Reader {
+            stream: Arc::from(self.settings.stream.as_str()),
+            settings: self.settings,
+            pool: self.pool,
+            stats: self.stats,
+            partitions,
+            exit_on_eof: self.exit_on_eof,
+            stop: stop.clone(),
+            drained: drained.clone(),
+        };
+        let task = tokio::spawn(reader.run());
+        tokio::pin!(task);
+        let result = tokio::select! {
+            _ = shutdown => None,
+            r = &mut task => Some(r),
+        };
+        stop.cancel();
+        let result = match result {
+            Some(r) => r,
+            None => task.await,
+        };
+        match result {
+            Ok(r) => r,
+            Err(e) => Err(RunError::Nats(NatsError::Unreachable(format!(
+                "the stream's reader ended: {e}"
+            )))),
+        }
+    }
+}
+
+/// The stream's reader: a run after another while this instance holds the lock.
+struct Reader {
+    stream: Arc<str>,
+    settings: NatsSettings,
+    pool: Pool,
+    stats: Arc<Stats>,
+    partitions: Arc<dyn Partitions>,
+    exit_on_eof: bool,
+    stop: CancellationToken,
+    drained: Arc<AtomicBool>,
+}
+
+/// How a run ended.
+enum Ended {
+    /// The source stops (shutdown, or drained with `--exit-on-eof`).
+    Stop,
+    /// Start another run (a lost connection, a rewind).
+    Again,
+    /// The lock's session is gone: wait for the lock again.
+    LockLost,
+}
+
+impl Reader {
+    async fn run(self) -> Result<(), RunError> {
+        let mut failures = 0u32;
+        'lock: while !self.stop.is_cancelled() {
+            let Some(lock) = self.lock().await else {
+                break;
+            };
+            while !self.stop.is_cancelled() {
+                let began = std::time::Instant::now();
+                let ended = tokio::select! {
+                    ended = self.one_run() => ended,
+                    _ = lock.lost() => Ok(Ended::LockLost),
+                };
+                let ended = match ended {
+                    Ok(e) => e,
+                    Err(e) if e.is_refusal() => return Err(e.into()),
+                    Err(RunErrorOr::Run(e)) => return Err(e),
+                    Err(e) => {
+                        failures += 1;
+                        tracing::warn!(stream = %self.stream, "cannot read the stream, will retry: {e}");
+                        tokio::select! {
+                            _ = self.stop.cancelled() => break 'lock,
+                            _ = tokio::time::sleep(backoff(failures)) => {}
+                        }
+                        continue;
+                    }
+                };
+                match ended {
+                    Ended::Stop => break 'lock,
+                    Ended::LockLost => {
+                        tracing::warn!(
+                            stream = %self.stream,
+                            "the database session holding the stream's lock is gone: the run \
+                             was dropped; reading again once the lock is held"
+                        );
+                        continue 'lock;
+                    }
+                    Ended::Again => {}
+                }
+                match began.elapsed() < SHORT_RUN {
+                    true => {
+                        failures += 1;
+                        tokio::select! {
+                            _ = self.stop.cancelled() => break 'lock,
+                            _ = tokio::time::sleep(backoff(failures)) => {}
+                        }
+                    }
+                    false => failures = 0,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The advisory lock of the stream and consumer, on a session of its own; `None`: stopping.
+    /// A standby waits here, counted as assigned (`/readyz`).
+    async fn lock(&self) -> Option<StreamLock> {
+        let _waiting = self.stats.telemetry.partition_assigned();
+        let key = lock_key(&self.settings.stream, &self.settings.consumer);
+        let mut told = false;
+        let mut failures = 0u32;
+        loop {
+            match StreamLock::try_take(&self.pool, key).await {
+                Ok(Some(lock)) => return Some(lock),
+                Ok(None) => {
+                    if !told {
+                        tracing::info!(
+                            stream = %self.stream, consumer = %self.settings.consumer,
+                            "another instance reads the consumer: standing by"
+                        );
+                        told = true;
+                    }
+                    failures = 0;
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(stream = %self.stream, "cannot take the stream's lock in the database, will retry: {e}");
+                }
+            }
+            tokio::select! {
+                _ = self.stop.cancelled() => return None,
+                _ = tokio::time::sleep(backoff(failures).max(LOCK_POLL)) => {}
+            }
+        }
+    }
+
+    /// One connection's run of the consumer.
+    async fn one_run(&self) -> Result<Ended, RunErrorOr> {
+        let s = &self.settings;
+        let conn = tokio::select! {
+            _ = self.stop.cancelled() => return Ok(Ended::Stop),
+            c = Conn::connect(&s.url, "batch-inbox", Duration::from_secs(30)) => c?,
+        };
+        let _close = CloseOnDrop(conn.clone());
+        let info = s.prepare(&conn).await?;
+        let Some(start) = self.start_position().await else {
+            return Ok(Ended::Stop);
+        };
+        let info = self.follow_database(&conn, info, start).await?;
+        // Deliveries of an earlier run or holder, unacknowledged and not committed: wait for
+        // the server to deliver them again (after ack_wait) before anything newer.
+        let outstanding = info.num_ack_pending > 0
+            && i64::try_from(info.delivered.stream_seq).unwrap_or(i64::MAX) >= start;
+        if outstanding {
+            let wait = Duration::from_nanos(u64::try_from(info.config.ack_wait).unwrap_or(0))
+                .max(Duration::from_secs(1))
+                + Duration::from_secs(1);
+            tracing::info!(
+                stream = %self.stream,
+                pending = info.num_ack_pending,
+                "{} deliveries of an earlier run are unacknowledged: waiting {wait:?} (the \
+                 consumer's ack_wait) for them to come back before anything newer",
+                info.num_ack_pending
+            );
+            tokio::select! {
+                _ = self.stop.cancelled() => return Ok(Ended::Stop),
+                _ = conn.closed() => return Ok(Ended::Again),
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        let ack_wait = Duration::from_nanos(u64::try_from(info.config.ack_wait).unwrap_or(0))
+            .max(Duration::from_secs(1));
+        let (acks, progress) = RunAcks::new(
+            conn.clone(),
+            info.config.ack_policy == "all",
+            ack_wait,
+            self.stats.clone(),
+        );
+        let sink: Arc<dyn OffsetSink> = acks.clone();
+        let run: PartitionRun = self
+            .partitions
+            .start(self.stream.clone(), 0, Some(start), sink);
+        let run_stop = run.stop.clone();
+        let at_eof = run.at_eof.clone();
+        let (tx, rx) = mpsc::unbounded_channel::<Input>();
+        let feed = Feed {
+            conn: conn.clone(),
+            stream: self.stream.clone(),
+            consumer: s.consumer.clone(),
+            batch: s.batch_size,
+            eof: self.exit_on_eof,
+            start,
+            acks: acks.clone(),
+            stats: self.stats.clone(),
+        };
+        let feeding = tokio::spawn(feed.run(tx));
+        let input = tokio_stream_from(rx);
+        let body = run.run.run(input.boxed());
+        tokio::pin!(body);
+        let mut drained_check = tokio::time::interval(DRAIN_POLL);
+        let mut stopping = false;
+        let result = loop {
+            tokio::select! {
+                r = &mut body => break r,
+                _ = self.stop.cancelled(), if !stopping => {
+                    stopping = true;
+                    acks.ended.cancel();
+                    run_stop.cancel();
+                }
+                _ = drained_check.tick(), if self.exit_on_eof && !stopping => {
+                    if at_eof.load(Ordering::Acquire) && consumer_drained(&conn, s).await {
+                        self.drained.store(true, Ordering::Release);
+                        self.stop.cancel();
+                    }
+                }
+            }
+        };
+        acks.ended.cancel();
+        let _ = feeding.await;
+        // What the run still holds was not committed: delivered again at once.
+        acks.nak_held();
+        progress.abort();
+        // Let the acks and NAKs leave before the connection closes.
+        conn.flush().await;
+        drop(acks);
+        result?;
+        match self.stop.is_cancelled() {
+            true => Ok(Ended::Stop),
+            false => Ok(Ended::Again),
+        }
+    }
+
+    /// The database's position of the stream (created at 0 on the first run), read again
+    /// while the database fails; `None`: stopping.
+    async fn start_position(&self) -> Option<i64> {
+        let mut failures = 0u32;
+        loop {
+            match positions::claim(&self.pool, &self.settings.consumer, &self.stream, 0).await {
+                Ok(stored) => return Some(stored),
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(
+                        stream = %self.stream,
+                        "cannot read the stream's position in the database, will retry: {e}"
+                    );
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return None,
+                        _ = tokio::time::sleep(backoff(failures)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// A database whose position is below what the consumer acknowledged went back in time:
+    /// the consumer is created again at the database's position. Returns the consumer's info.
+    async fn follow_database(
+        &self,
+        conn: &Conn,
+        info: ConsumerInfo,
+        start: i64,
+    ) -> Result<ConsumerInfo, RunErrorOr> {
+        let s = &self.settings;
+        let first = u64::try_from(start.max(1)).unwrap_or(1);
+        if info.ack_floor.stream_seq < first {
+            return Ok(info);
+        }
+        let stream = match api::stream_info(conn, &s.stream).await? {
+            Answer::Ok(i) => i,
+            Answer::Err(e) => {
+                return Err(NatsError::Refused(format!("stream {:?}: {e}", s.stream)).into())
+            }
+        };
+        if stream.state.first_seq > first && stream.state.messages > 0 {
+            return Err(RunErrorOr::Run(RunError::Nats(NatsError::Refused(
+                format!(
+                    "the database's position of stream {:?} is {start}, below what consumer {:?} \
+                 acknowledged ({}): the database went back in time, and the stream no longer \
+                 holds sequences {first} to {} (its first is {}): those records are lost to the \
+                 database; restore a newer backup or move the position (`positions set`)",
+                    s.stream,
+                    s.consumer,
+                    info.ack_floor.stream_seq,
+                    stream.state.first_seq - 1,
+                    stream.state.first_seq,
+                ),
+            ))));
+        }
+        tracing::warn!(
+            stream = %s.stream, consumer = %s.consumer,
+            database = start, acknowledged = info.ack_floor.stream_seq,
+            "the database's position is below what the consumer acknowledged (a restore, a \
+             failover to a replica that lagged): creating the consumer again at the database's \
+             position; the inbox skips what the database holds"
+        );
+        self.stats
+            .record_rewind(info.ack_floor.stream_seq.saturating_sub(first) + 1);
+        let mut config = info.config.clone();
+        config.deliver_policy = "by_start_sequence".to_owned();
+        config.opt_start_seq = Some(first);
+        config.other.remove("opt_start_time");
+        match api::delete_consumer(conn, &s.stream, &s.consumer).await? {
+            Answer::Ok(_) => {}
+            Answer::Err(e) if e.err_code == api::CONSUMER_NOT_FOUND => {}
+            Answer::Err(e) => {
+                return Err(NatsError::Refused(format!(
+                    "cannot delete consumer {:?} to create it at {first}: {e}",
+                    s.consumer
+                ))
+                .into())
+            }
+        }
+        Ok(s.create(conn, &config).await?)
+    }
+}
+
+/// Whether the consumer has nothing pending and nothing unacknowledged.
+async fn consumer_drained(conn: &Conn, s: &NatsSettings) -> bool {
+    match api::consumer_info(conn, &s.stream, &s.consumer).await {
+        Ok(Answer::Ok(info)) => info.num_pending == 0 && info.num_ack_pending == 0,
+        Ok(Answer::Err(e)) => {
+            tracing::debug!("cannot read the consumer's info: {e}");
+            false
+        }
+        Err(e) => {
+            tracing::debug!("cannot read the consumer's info: {e}");
+            false
+        }
+    }
+}
+
+fn tokio_stream_from(
+    mut rx: mpsc::UnboundedReceiver<Input>,
+) -> impl futures::Stream<Item = Input> + Send {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// A NATS failure or a run's own error.
+#[derive(Debug)]
+enum RunErrorOr {
+    Nats(NatsError),
+    Run(RunError),
+}
+
+impl RunErrorOr {
+    fn is_refusal(&self) -> bool {
+        matches!(self, RunErrorOr::Nats(e) if e.is_refusal())
+    }
+}
+
+impl From<NatsError> for RunErrorOr {
+    fn from(e: NatsError) -> Self {
+        RunErrorOr::Nats(e)
+    }
+}
+
+impl From<RunError> for RunErrorOr {
+    fn from(e: RunError) -> Self {
+        RunErrorOr::Run(e)
+    }
+}
+
+impl std::fmt::Display for RunErrorOr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunErrorOr::Nats(e) => e.fmt(f),
+            RunErrorOr::Run(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<RunErrorOr> for RunError {
+    fn from(e: RunErrorOr) -> Self {
+        match e {
+            RunErrorOr::Nats(e) => RunError::Nats(e),
+            RunErrorOr::Run(e) => e,
+        }
+    }
+}
+
+/// Closes a connection when the run that opened it ends.
+struct CloseOnDrop(Conn);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// The advisory lock's key of `stream` and `consumer`: one reader at a time.
+fn lock_key(stream: &str, consumer: &str) -> i64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("batch-inbox jetstream {stream} {consumer}"));
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
+/// A held advisory lock: its session, taken out of the pool (closing it releases the lock).
+struct StreamLock {
+    lost: CancellationToken,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+impl StreamLock {
+    /// Takes the lock `key` when free; `None` when another session holds it.
+    async fn try_take(pool: &Pool, key: i64) -> Result<Option<Self>, String> {
+        let object = pool.get().await.map_err(|e| e.to_string())?;
+        let client = deadpool_postgres::Object::take(object);
+        let row = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .await
+            .map_err(|e| e.to_string())?;
+        if !row.get::<_, bool>(0) {
+            return Ok(None);
+        }
+        let lost = CancellationToken::new();
+        let watch = {
+            let lost = lost.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(LOCK_POLL).await;
+                    let alive =
+                        tokio::time::timeout(LOCK_POLL * 5, client.simple_query("SELECT 1"))
+                            .await
+                            .is_ok_and(|r| r.is_ok());
+                    if !alive {
+                        lost.cancel();
+                        return;
+                    }
+                }
+            })
+        };
+        Ok(Some(Self { lost, watch }))
+    }
+
+    /// Resolves when the lock's session is gone.
+    async fn lost(&self) {
+        self.lost.cancelled().await
+    }
+}
+
+impl Drop for StreamLock {
+    fn drop(&mut self) {
+        // The session closes with its task: the lock is released.
+        self.watch.abort();
+    }
+}
+
+/// The consumer's deliveries as the run's input: pulls, one at a time, of up to a batch.
+struct Feed {
+    conn: Conn,
+    stream: Arc<str>,
+    consumer: String,
+    batch: usize,
+    eof: bool,
+    start: i64,
+    acks: Arc<RunAcks>,
+    stats: Arc<Stats>,
+}
+
+impl Feed {
+    async fn run(self, tx: mpsc::UnboundedSender<Input>) {
+        let inbox = self.conn.new_inbox();
+        let (_sid, mut deliveries) = self.conn.subscribe(&inbox);
+        let next_subject = format!(
+            "$JS.API.CONSUMER.MSG.NEXT.{}.{}",
+            self.stream, self.consumer
+        );
+        let expires = if self.eof {
+            PULL_EXPIRES_EOF
+        } else {
+            PULL_EXPIRES
+        };
+        let request = serde_json::json!({
+            "batch": self.batch,
+            "expires": u64::try_from(expires.as_nanos()).unwrap_or(u64::MAX),
+        })
+        .to_string();
+        let mut next = self.start;
+        let mut outstanding = 0usize;
+        let mut received = 0usize;
+        let mut deadline = tokio::time::Instant::now();
+        loop {
+            if outstanding == 0 {
+                if !self.conn.publish(
+                    next_subject.as_bytes(),
+                    Some(inbox.as_bytes()),
+                    request.as_bytes(),
+                ) {
+                    return;
+                }
+                outstanding = self.batch;
+                received = 0;
+                deadline = tokio::time::Instant::now() + expires + PULL_GRACE;
+            }
+            let msg = tokio::select! {
+                _ = self.acks.ended.cancelled() => return,
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(
+                        stream = %self.stream,
+                        "a pull got no answer within {:?}: the connection counts as lost",
+                        expires + PULL_GRACE
+                    );
+                    self.conn.close();
+                    return;
+                }
+                msg = deliveries.recv() => match msg {
+                    Some(m) => m,
+                    None => return,
+                },
+            };
+            let info = msg.reply.as_deref().and_then(delivery::ack_info);
+            let Some(info) = info else {
+                match delivery::status(&msg) {
+                    Some((100, _)) => {}
+                    Some((404 | 408, _)) => {
+                        outstanding = 0;
+                        if received == 0 && self.eof && tx.send(Input::Eof).is_err() {
+                            return;
+                        }
+                    }
+                    Some((409, description)) => {
+                        outstanding = 0;
+                        tracing::info!(stream = %self.stream, "pull ended: {description}");
+                        if description.to_ascii_lowercase().contains("deleted") {
+                            return;
+                        }
+                    }
+                    other => {
+                        tracing::debug!(stream = %self.stream, "a message without a record: {other:?}");
+                    }
+                }
+                continue;
+            };
+            outstanding = outstanding.saturating_sub(1);
+            received += 1;
+            if info.delivered > 1 {
+                self.stats.telemetry.record_redelivery();
+            }
+            let seq = i64::try_from(info.stream_seq).unwrap_or(i64::MAX);
+            let reply = msg.reply.clone().unwrap_or_default();
+            if seq < next {
+                // Below the database's position (committed), or handed to the run already:
+                // acknowledged again, or left to the batch that holds it.
+                self.acks.delivered_again(seq, reply);
+                continue;
+            }
+            next = seq.saturating_add(1);
+            self.acks.hold(seq, reply);
+            if tx
+                .send(Input::Record(delivery::to_raw(&self.stream, info, msg)))
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
