@@ -563,16 +563,33 @@ impl Reader {
     }
 
     /// The advisory lock of the stream and consumer, on a session of its own; `None`: stopping.
-    /// A standby waits here, counted as assigned (`/readyz`).
+    /// A standby waits here, counted as assigned (`/readyz`), asking on the same session every
+    /// [`LOCK_POLL`].
     async fn lock(&self) -> Option<StreamLock> {
         let _waiting = self.stats.telemetry.partition_assigned();
         let key = lock_key(&self.settings.stream, &self.settings.consumer);
         let mut told = false;
         let mut failures = 0u32;
+        let mut session: Option<deadpool_postgres::ClientWrapper> = None;
         loop {
-            match StreamLock::try_take(&self.pool, key).await {
-                Ok(Some(lock)) => return Some(lock),
-                Ok(None) => {
+            let attempt = async {
+                let client = match session.take() {
+                    Some(c) => c,
+                    None => {
+                        let object = self.pool.get().await.map_err(|e| e.to_string())?;
+                        deadpool_postgres::Object::take(object)
+                    }
+                };
+                let row = client
+                    .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>((client, row.get::<_, bool>(0)))
+            };
+            match attempt.await {
+                Ok((client, true)) => return Some(StreamLock::held(client)),
+                Ok((client, false)) => {
+                    session = Some(client);
                     if !told {
                         tracing::info!(
                             stream = %self.stream, consumer = %self.settings.consumer,
@@ -863,17 +880,8 @@ struct StreamLock {
 }
 
 impl StreamLock {
-    /// Takes the lock `key` when free; `None` when another session holds it.
-    async fn try_take(pool: &Pool, key: i64) -> Result<Option<Self>, String> {
-        let object = pool.get().await.map_err(|e| e.to_string())?;
-        let client = deadpool_postgres::Object::take(object);
-        let row = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-            .await
-            .map_err(|e| e.to_string())?;
-        if !row.get::<_, bool>(0) {
-            return Ok(None);
-        }
+    /// The lock held by `client`'s session, watched.
+    fn held(client: deadpool_postgres::ClientWrapper) -> Self {
         let lost = CancellationToken::new();
         let watch = {
             let lost = lost.clone();
@@ -891,7 +899,7 @@ impl StreamLock {
                 }
             })
         };
-        Ok(Some(Self { lost, watch }))
+        Self { lost, watch }
     }
 
     /// Resolves when the lock's session is gone.

@@ -583,7 +583,7 @@ mod tests {
     #[test]
     fn messages_keep_every_byte_of_their_subject_reply_headers_and_payload() {
         let ops = parse_all(
-            b"PING\r\nMSG a.b 7 5\r\nhe\r\no\r\nHMSG s\xff 9 $JS.ACK.x 14 16\r\nNATS/1.0\r\n\xfe\r\nok\r\n+OK\r\n",
+            b"PING\r\nMSG a.b 7 5\r\nhe\r\no\r\nHMSG s\xff 9 $JS.ACK.x 13 15\r\nNATS/1.0\r\n\xfe\r\nok\r\n+OK\r\n",
         )
         .unwrap();
         assert_eq!(ops.len(), 4);
