@@ -66,6 +66,8 @@ fresh_database() {
 source "$(dirname "${BASH_SOURCE[0]}")/kafka/lib.sh"
 # RabbitMQ (ensure_rabbitmq, start_rabbitmq, stop_rabbitmq): scripts/rabbitmq/lib.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/rabbitmq/lib.sh"
+# NATS JetStream (ensure_nats, start_nats, stop_nats, nats_kill, nats_start): scripts/nats/lib.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/nats/lib.sh"
 NISSHI_VERSION=0.8.1
 NISSHI_ROOT=${NISSHI_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/batch-inbox/nisshi-$NISSHI_VERSION}
 ensure_nisshi() {

@@ -26,6 +26,11 @@ pub enum Command {
     /// Read RabbitMQ queues and acknowledge by batches without any database (the broker's own
     /// floor). Never point it at queues whose records must be applied.
     AmqpConsumeOnly(crate::amqp_publish::AmqpConsumeOnlyArgs),
+    /// Publish generated ledger records to a NATS JetStream stream (the id in `Nats-Msg-Id`,
+    /// each publish acknowledged).
+    NatsPublish(crate::nats_publish::NatsPublishArgs),
+    /// A JetStream stream's message count and first and last sequence, as one line of JSON.
+    NatsStreamInfo(crate::nats_publish::NatsStreamInfoArgs),
     /// Compare the database with the expected outcome written by `produce --expect`.
     Verify(VerifyArgs),
     /// Run the whole pipeline against an in-process Kafka mock cluster, in a database of its own.

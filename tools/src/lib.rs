@@ -9,6 +9,8 @@
 //! - [`generate`]: the seeded load generator (ledger records with duplicates, bad input and
 //!   overdrafts) and its model, the expected outcome.
 //! - [`produce`]: writes records to a topic, at a constant rate or as fast as possible.
+//! - [`amqp_publish`], [`nats_publish`]: publish them to RabbitMQ queues or a NATS JetStream
+//!   stream, each account's records in order, every publish confirmed.
 //! - [`verify`]: compares the database with the model.
 //! - [`demo`]: the whole pipeline against an in-process mock cluster, in a database of its own.
 //! - [`drain`]: one load-test run of the `batch-inbox` binary, read through its `--stats-file`.
@@ -49,6 +51,7 @@ pub mod json_get;
 pub mod kafka_output;
 pub mod machine;
 pub mod measure;
+pub mod nats_publish;
 pub mod outage_lines;
 pub mod peers;
 pub mod produce;

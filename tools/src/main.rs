@@ -14,7 +14,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,rdkafka=warn".into());
+        .unwrap_or_else(|_| "info,rdkafka=warn,async_nats=warn".into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -23,6 +23,8 @@ async fn main() -> std::process::ExitCode {
         Command::Produce(args) => produce(args).await,
         Command::AmqpPublish(args) => batch_inbox_tools::amqp_publish::run(args).await,
         Command::AmqpConsumeOnly(args) => batch_inbox_tools::amqp_publish::consume_only(args).await,
+        Command::NatsPublish(args) => batch_inbox_tools::nats_publish::run(args).await,
+        Command::NatsStreamInfo(args) => batch_inbox_tools::nats_publish::stream_info(args).await,
         Command::Verify(args) => verify(args).await,
         Command::Demo(args) => demo(args).await,
         Command::Drain(args) => batch_inbox_tools::drain::drain(args).await,
