@@ -42,7 +42,6 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use futures::StreamExt;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::error::NatsError;
@@ -659,7 +658,10 @@ impl Reader {
             .start(self.stream.clone(), 0, Some(start), sink);
         let run_stop = run.stop.clone();
         let at_eof = run.at_eof.clone();
-        let (tx, rx) = mpsc::unbounded_channel::<Input>();
+        // A channel without tokio's cooperative budget: natural batching takes every record
+        // ready without yielding (`now_or_never`), and tokio's mpsc would answer "not ready"
+        // after 128 of them, cutting every batch there.
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Input>();
         let feed = Feed {
             conn: conn.clone(),
             stream: self.stream.clone(),
@@ -671,8 +673,7 @@ impl Reader {
             stats: self.stats.clone(),
         };
         let feeding = tokio::spawn(feed.run(tx));
-        let input = tokio_stream_from(rx);
-        let body = run.run.run(input.boxed());
+        let body = run.run.run(rx.boxed());
         tokio::pin!(body);
         let mut drained_check = tokio::time::interval(DRAIN_POLL);
         let mut stopping = false;
@@ -806,12 +807,6 @@ async fn consumer_drained(conn: &Conn, s: &NatsSettings) -> bool {
     }
 }
 
-fn tokio_stream_from(
-    mut rx: mpsc::UnboundedReceiver<Input>,
-) -> impl futures::Stream<Item = Input> + Send {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
 /// A NATS failure or a run's own error.
 #[derive(Debug)]
 enum RunErrorOr {
@@ -928,7 +923,7 @@ struct Feed {
 }
 
 impl Feed {
-    async fn run(self, tx: mpsc::UnboundedSender<Input>) {
+    async fn run(self, tx: futures::channel::mpsc::UnboundedSender<Input>) {
         let inbox = self.conn.new_inbox();
         let (_sid, mut deliveries) = self.conn.subscribe(&inbox);
         let next_subject = format!(
@@ -984,7 +979,7 @@ impl Feed {
                     Some((100, _)) => {}
                     Some((404 | 408, _)) => {
                         outstanding = 0;
-                        if received == 0 && self.eof && tx.send(Input::Eof).is_err() {
+                        if received == 0 && self.eof && tx.unbounded_send(Input::Eof).is_err() {
                             return;
                         }
                     }
@@ -1017,7 +1012,7 @@ impl Feed {
             next = seq.saturating_add(1);
             self.acks.hold(seq, reply);
             if tx
-                .send(Input::Record(delivery::to_raw(&self.stream, info, msg)))
+                .unbounded_send(Input::Record(delivery::to_raw(&self.stream, info, msg)))
                 .is_err()
             {
                 return;
