@@ -87,10 +87,16 @@ pub struct RunArgs {
     /// token is never shown.
     #[arg(long, env = "BATCH_INBOX_SOURCE", value_name = "URL", value_parser = SourceParser)]
     pub source: Option<SourceUrl>,
-    /// The JetStream stream to read (with --source nats://…), through the durable pull consumer
-    /// --consumer.
-    #[arg(long, env = "BATCH_INBOX_STREAM", value_name = "STREAM")]
-    pub stream: Option<String>,
+    /// A JetStream stream to read (with --source nats://…; repeatable, or a comma list), each
+    /// an ordered stream read through its durable pull consumer --consumer by one instance at a
+    /// time.
+    #[arg(
+        long = "stream",
+        env = "BATCH_INBOX_STREAM",
+        value_name = "STREAM",
+        value_delimiter = ','
+    )]
+    pub streams: Vec<String>,
     /// The durable pull consumer of --stream (default: --group), created when missing: ack
     /// policy all, max_deliver unlimited, max_ack_pending two batches. One instance reads it at a
     /// time (the others stand by); the stream sequence is kept in the database under its name.
@@ -208,17 +214,19 @@ impl RunArgs {
     /// Refuses handler settings that would be silently unused or that do not fit the topics.
     pub fn check_handler(&self) -> Result<(), String> {
         self.handler.check()?;
-        if self.stream.is_some() && !matches!(self.source, Some(SourceUrl::Nats(_))) {
+        if !self.streams.is_empty() && !matches!(self.source, Some(SourceUrl::Nats(_))) {
             return Err(
                 "--stream reads a NATS JetStream stream: give the server with --source nats://…"
                     .to_owned(),
             );
         }
         match &self.source {
-            Some(SourceUrl::Nats(_)) => match &self.stream {
-                Some(stream) => self.handler.check_routes(std::slice::from_ref(stream)),
-                None => Err("--source nats://… reads a JetStream stream: give --stream".to_owned()),
-            },
+            Some(SourceUrl::Nats(_)) if self.streams.is_empty() => {
+                Err("--source nats://… reads JetStream streams: give --stream".to_owned())
+            }
+            Some(SourceUrl::Nats(_)) => self
+                .handler
+                .check_routes(&super::args::distinct(&self.streams)),
             Some(SourceUrl::Amqp(_)) => self.handler.check_routes(&self.distinct_queues()),
             None if !self.queues.is_empty() => Err(
                 "--queue reads a RabbitMQ queue: give the broker with --source amqp://…".to_owned(),
@@ -249,8 +257,8 @@ impl RunArgs {
         config.dedup_window = self.dedup_window.or(self.retention);
         if let Some(SourceUrl::Nats(url)) = &self.source {
             let consumer = self.consumer.clone().unwrap_or_else(|| self.group.clone());
-            let stream = self.stream.clone().unwrap_or_default();
-            let mut nats = NatsSettings::new(url.clone(), stream, consumer);
+            let streams = super::args::distinct(&self.streams);
+            let mut nats = NatsSettings::new(url.clone(), streams, consumer);
             nats.filter_subject = self.filter_subject.clone();
             nats.ack_wait = self.ack_wait;
             nats.batch_size = self.pipeline.batch_size.get();

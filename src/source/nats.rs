@@ -1,5 +1,6 @@
-//! The NATS JetStream source: a stream read through one durable pull consumer as one ordered
-//! partition (partition 0 of a "topic" named after the stream), its stream sequence the position,
+//! The NATS JetStream source: each stream read through a durable pull consumer as one ordered
+//! partition (partition 0 of a "topic" named after the stream; several streams are read side by
+//! side, like Kafka's partitions), its stream sequence the position,
 //! in batches pulled up to the batch size, acknowledged once per batch after its COMMIT
 //! (`AckPolicy::All` on the batch's last message), kept from redelivery while a batch is held
 //! with in-progress acknowledgements (`+WPI`, module `acks`).
@@ -36,7 +37,7 @@ mod delivery;
 mod proto;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -161,8 +162,8 @@ impl std::fmt::Debug for NatsUrl {
 pub struct NatsSettings {
     /// The server; its password or token is never shown.
     pub url: NatsUrl,
-    /// The stream.
-    pub stream: String,
+    /// The streams, each an ordered partition of its own (read by one instance at a time).
+    pub streams: Vec<String>,
     /// The durable pull consumer, whose name the positions in the database are kept under
     /// (`consumer_offsets.group_id`).
     pub consumer: String,
@@ -175,11 +176,12 @@ pub struct NatsSettings {
 }
 
 impl NatsSettings {
-    /// Reading `stream` of the server at `url` through the durable consumer `consumer`.
-    pub fn new(url: NatsUrl, stream: impl Into<String>, consumer: impl Into<String>) -> Self {
+    /// Reading `streams` of the server at `url`, each through its durable consumer named
+    /// `consumer`.
+    pub fn new(url: NatsUrl, streams: Vec<String>, consumer: impl Into<String>) -> Self {
         Self {
             url,
-            stream: stream.into(),
+            streams,
             consumer: consumer.into(),
             filter_subject: None,
             ack_wait: Duration::from_secs(30),
@@ -191,7 +193,12 @@ impl NatsSettings {
     /// carry in a subject, an `ack_wait` under a second, positions kept elsewhere than in the
     /// database.
     pub fn check(&self, offsets_in_db: bool) -> Result<(), NatsError> {
-        check_name("stream", &self.stream)?;
+        if self.streams.is_empty() {
+            return Err(NatsError::Settings("name at least one --stream".to_owned()));
+        }
+        for stream in &self.streams {
+            check_name("stream", stream)?;
+        }
         check_name("consumer", &self.consumer)?;
         if self.ack_wait < Duration::from_secs(1) {
             return Err(NatsError::Settings(
@@ -218,7 +225,13 @@ impl NatsSettings {
         loop {
             let attempt = async {
                 let conn = Conn::connect(&self.url, "batch-inbox probe", within).await?;
-                let checked = self.prepare(&conn).await.map(|_| ());
+                let mut checked = Ok(());
+                for stream in &self.streams {
+                    checked = self.prepare(&conn, stream).await.map(|_| ());
+                    if checked.is_err() {
+                        break;
+                    }
+                }
                 conn.close();
                 checked
             };
@@ -241,22 +254,20 @@ impl NatsSettings {
 
     /// Checks the stream (warning about settings that can drop a message while a batch
     /// stalls) and the consumer, created when missing; returns the consumer's info.
-    async fn prepare(&self, conn: &Conn) -> Result<ConsumerInfo, NatsError> {
-        let stream = match api::stream_info(conn, &self.stream).await? {
+    async fn prepare(&self, conn: &Conn, name: &str) -> Result<ConsumerInfo, NatsError> {
+        let stream = match api::stream_info(conn, name).await? {
             Answer::Ok(info) => info,
             Answer::Err(e) if e.err_code == api::STREAM_NOT_FOUND => {
                 return Err(NatsError::Refused(format!(
                     "stream {:?} not found: create it first (its subjects and limits are the \
                      publishers' choice)",
-                    self.stream
+                    name
                 )))
             }
-            Answer::Err(e) => {
-                return Err(NatsError::Refused(format!("stream {:?}: {e}", self.stream)))
-            }
+            Answer::Err(e) => return Err(NatsError::Refused(format!("stream {name:?}: {e}"))),
         };
-        warn_stream(&self.stream, &stream.config);
-        match api::consumer_info(conn, &self.stream, &self.consumer).await? {
+        warn_stream(name, &stream.config);
+        match api::consumer_info(conn, name, &self.consumer).await? {
             Answer::Ok(info) => {
                 self.check_consumer(&info.config)?;
                 Ok(info)
@@ -264,12 +275,12 @@ impl NatsSettings {
             Answer::Err(e) if e.err_code == api::CONSUMER_NOT_FOUND => {
                 let config = self.consumer_config(None);
                 tracing::info!(
-                    stream = %self.stream, consumer = %self.consumer,
+                    stream = %name, consumer = %self.consumer,
                     "creating the durable pull consumer (ack policy all, ack wait {:?}, max ack \
                      pending {})",
                     self.ack_wait, config.max_ack_pending
                 );
-                self.create(conn, &config).await
+                self.create(conn, name, &config).await
             }
             Answer::Err(e) => Err(NatsError::Refused(format!(
                 "consumer {:?}: {e}",
@@ -281,13 +292,14 @@ impl NatsSettings {
     async fn create(
         &self,
         conn: &Conn,
+        stream: &str,
         config: &ConsumerConfig,
     ) -> Result<ConsumerInfo, NatsError> {
-        match api::create_consumer(conn, &self.stream, config).await? {
+        match api::create_consumer(conn, stream, config).await? {
             Answer::Ok(info) => Ok(info),
             Answer::Err(e) => Err(NatsError::Refused(format!(
                 "cannot create consumer {:?} on stream {:?}: {e}",
-                self.consumer, self.stream
+                self.consumer, stream
             ))),
         }
     }
@@ -454,34 +466,46 @@ impl Source for NatsSource {
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), RunError> {
         let stop = CancellationToken::new();
-        let drained = Arc::new(AtomicBool::new(false));
-        let reader = Reader {
-            stream: Arc::from(self.settings.stream.as_str()),
-            settings: self.settings,
-            pool: self.pool,
-            stats: self.stats,
-            partitions,
-            exit_on_eof: self.exit_on_eof,
-            stop: stop.clone(),
-            drained: drained.clone(),
-        };
-        let task = tokio::spawn(reader.run());
-        tokio::pin!(task);
-        let result = tokio::select! {
-            _ = shutdown => None,
-            r = &mut task => Some(r),
-        };
-        stop.cancel();
-        let result = match result {
-            Some(r) => r,
-            None => task.await,
-        };
-        match result {
-            Ok(r) => r,
-            Err(e) => Err(RunError::Nats(NatsError::Unreachable(format!(
-                "the stream's reader ended: {e}"
-            )))),
+        let mut readers = tokio::task::JoinSet::new();
+        for stream in &self.settings.streams {
+            let reader = Reader {
+                stream: Arc::from(stream.as_str()),
+                settings: self.settings.clone(),
+                pool: self.pool.clone(),
+                stats: self.stats.clone(),
+                partitions: partitions.clone(),
+                exit_on_eof: self.exit_on_eof,
+                // With --exit-on-eof a drained stream's reader ends alone; the others go on.
+                stop: stop.child_token(),
+            };
+            readers.spawn(reader.run());
         }
+        tokio::pin!(shutdown);
+        let mut result = Ok(());
+        loop {
+            tokio::select! {
+                _ = &mut shutdown, if !stop.is_cancelled() => stop.cancel(),
+                ended = readers.join_next() => match ended {
+                    None => break,
+                    Some(Ok(Ok(()))) => {}
+                    Some(Ok(Err(e))) => {
+                        stop.cancel();
+                        if result.is_ok() {
+                            result = Err(e);
+                        }
+                    }
+                    Some(Err(e)) => {
+                        stop.cancel();
+                        if result.is_ok() {
+                            result = Err(RunError::Nats(NatsError::Unreachable(format!(
+                                "a stream's reader ended: {e}"
+                            ))));
+                        }
+                    }
+                },
+            }
+        }
+        result
     }
 }
 
@@ -494,7 +518,6 @@ struct Reader {
     partitions: Arc<dyn Partitions>,
     exit_on_eof: bool,
     stop: CancellationToken,
-    drained: Arc<AtomicBool>,
 }
 
 /// How a run ended.
@@ -566,7 +589,7 @@ impl Reader {
     /// [`LOCK_POLL`].
     async fn lock(&self) -> Option<StreamLock> {
         let _waiting = self.stats.telemetry.partition_assigned();
-        let key = lock_key(&self.settings.stream, &self.settings.consumer);
+        let key = lock_key(&self.stream, &self.settings.consumer);
         let mut told = false;
         let mut failures = 0u32;
         let mut session: Option<deadpool_postgres::ClientWrapper> = None;
@@ -618,7 +641,7 @@ impl Reader {
             c = Conn::connect(&s.url, "batch-inbox", Duration::from_secs(30)) => c?,
         };
         let _close = CloseOnDrop(conn.clone());
-        let info = s.prepare(&conn).await?;
+        let info = s.prepare(&conn, &self.stream).await?;
         let Some(start) = self.start_position().await else {
             return Ok(Ended::Stop);
         };
@@ -686,8 +709,7 @@ impl Reader {
                     run_stop.cancel();
                 }
                 _ = drained_check.tick(), if self.exit_on_eof && !stopping => {
-                    if at_eof.load(Ordering::Acquire) && consumer_drained(&conn, s).await {
-                        self.drained.store(true, Ordering::Release);
+                    if at_eof.load(Ordering::Acquire) && consumer_drained(&conn, &self.stream, &s.consumer).await {
                         self.stop.cancel();
                     }
                 }
@@ -743,10 +765,11 @@ impl Reader {
         if info.ack_floor.stream_seq < first {
             return Ok(info);
         }
-        let stream = match api::stream_info(conn, &s.stream).await? {
+        let name = &*self.stream;
+        let stream = match api::stream_info(conn, name).await? {
             Answer::Ok(i) => i,
             Answer::Err(e) => {
-                return Err(NatsError::Refused(format!("stream {:?}: {e}", s.stream)).into())
+                return Err(NatsError::Refused(format!("stream {name:?}: {e}")).into())
             }
         };
         if stream.state.first_seq > first && stream.state.messages > 0 {
@@ -756,7 +779,7 @@ impl Reader {
                  acknowledged ({}): the database went back in time, and the stream no longer \
                  holds sequences {first} to {} (its first is {}): those records are lost to the \
                  database; restore a newer backup or move the position (`positions set`)",
-                    s.stream,
+                    name,
                     s.consumer,
                     info.ack_floor.stream_seq,
                     stream.state.first_seq - 1,
@@ -765,7 +788,7 @@ impl Reader {
             ))));
         }
         tracing::warn!(
-            stream = %s.stream, consumer = %s.consumer,
+            stream = %name, consumer = %s.consumer,
             database = start, acknowledged = info.ack_floor.stream_seq,
             "the database's position is below what the consumer acknowledged (a restore, a \
              failover to a replica that lagged): creating the consumer again at the database's \
@@ -777,7 +800,7 @@ impl Reader {
         config.deliver_policy = "by_start_sequence".to_owned();
         config.opt_start_seq = Some(first);
         config.other.remove("opt_start_time");
-        match api::delete_consumer(conn, &s.stream, &s.consumer).await? {
+        match api::delete_consumer(conn, name, &s.consumer).await? {
             Answer::Ok(_) => {}
             Answer::Err(e) if e.err_code == api::CONSUMER_NOT_FOUND => {}
             Answer::Err(e) => {
@@ -788,13 +811,13 @@ impl Reader {
                 .into())
             }
         }
-        Ok(s.create(conn, &config).await?)
+        Ok(s.create(conn, name, &config).await?)
     }
 }
 
 /// Whether the consumer has nothing pending and nothing unacknowledged.
-async fn consumer_drained(conn: &Conn, s: &NatsSettings) -> bool {
-    match api::consumer_info(conn, &s.stream, &s.consumer).await {
+async fn consumer_drained(conn: &Conn, stream: &str, consumer: &str) -> bool {
+    match api::consumer_info(conn, stream, consumer).await {
         Ok(Answer::Ok(info)) => info.num_pending == 0 && info.num_ack_pending == 0,
         Ok(Answer::Err(e)) => {
             tracing::debug!("cannot read the consumer's info: {e}");

@@ -36,7 +36,7 @@ fn names_a_subject_cannot_carry_are_refused() {
 }
 
 fn settings() -> NatsSettings {
-    NatsSettings::new(NatsUrl::new("nats://h"), "S", "C")
+    NatsSettings::new(NatsUrl::new("nats://h"), vec!["S".to_owned()], "C")
 }
 
 #[test]
@@ -67,6 +67,11 @@ fn a_consumer_that_breaks_the_guarantee_is_refused() {
 fn settings_without_positions_in_the_database_or_with_a_short_ack_wait_are_refused() {
     let mut s = settings();
     assert!(s.check(true).is_ok());
+    s.streams.push("a.b".to_owned());
+    assert!(s.check(true).is_err());
+    s.streams.clear();
+    assert!(s.check(true).is_err());
+    s.streams.push("S".to_owned());
     assert!(s.check(false).is_err());
     s.ack_wait = Duration::from_millis(500);
     assert!(s.check(true).is_err());
