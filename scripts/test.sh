@@ -4,7 +4,9 @@
 # Apache Kafka broker for the whole run (its jars fetched from Maven Central once per machine,
 # scripts/kafka/lib.sh), handed to the tests as KAFKA_BROKERS, and of the queue source against a
 # RabbitMQ node of the run's own (Debian's package, installed when missing; scripts/rabbitmq/lib.sh),
-# handed to them as AMQP_URL and AMQP_CTL. Each test uses its own topics and
+# handed to them as AMQP_URL and AMQP_CTL, and of the JetStream source against nats-servers each
+# test starts of its own (Debian's nats-server, installed when missing; scripts/nats/lib.sh). Each
+# test uses its own topics and
 # groups. KAFKA_BROKERS=host:port runs them against another broker; NISSHI_BIN against nisshi.
 # The TLS, SASL and ACL tests start a second Apache Kafka node of their own, with an authorizer
 # (start_secure_kafka in scripts/kafka/lib.sh, once per test binary), whatever KAFKA_BROKERS says.
@@ -12,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 ensure_postgres
+ensure_nats
 # Build first, so that the broker does not idle through a cold build.
 cargo test --workspace --no-run --quiet "$@"
 cargo test --features failpoints,unsafe-controls --test it --no-run --quiet
