@@ -227,7 +227,7 @@ impl NatsSettings {
                 let conn = Conn::connect(&self.url, "batch-inbox probe", within).await?;
                 let mut checked = Ok(());
                 for stream in &self.streams {
-                    checked = self.prepare(&conn, stream).await.map(|_| ());
+                    checked = self.prepare(&conn, stream, None).await.map(|_| ());
                     if checked.is_err() {
                         break;
                     }
@@ -253,8 +253,15 @@ impl NatsSettings {
     }
 
     /// Checks the stream (warning about settings that can drop a message while a batch
-    /// stalls) and the consumer, created when missing; returns the consumer's info.
-    async fn prepare(&self, conn: &Conn, name: &str) -> Result<ConsumerInfo, NatsError> {
+    /// stalls) and the consumer. A missing consumer is created at `start`, the database's
+    /// position (what is below it is applied already), or left to the run when there is none
+    /// (the probe: `None`). Returns the consumer's info (the default one when left).
+    async fn prepare(
+        &self,
+        conn: &Conn,
+        name: &str,
+        start: Option<i64>,
+    ) -> Result<ConsumerInfo, NatsError> {
         let stream = match api::stream_info(conn, name).await? {
             Answer::Ok(info) => info,
             Answer::Err(e) if e.err_code == api::STREAM_NOT_FOUND => {
@@ -273,7 +280,10 @@ impl NatsSettings {
                 Ok(info)
             }
             Answer::Err(e) if e.err_code == api::CONSUMER_NOT_FOUND => {
-                let config = self.consumer_config(None);
+                let Some(start) = start else {
+                    return Ok(ConsumerInfo::default());
+                };
+                let config = self.consumer_config(u64::try_from(start).ok().filter(|&s| s > 1));
                 tracing::info!(
                     stream = %name, consumer = %self.consumer,
                     "creating the durable pull consumer (ack policy all, ack wait {:?}, max ack \
@@ -641,10 +651,10 @@ impl Reader {
             c = Conn::connect(&s.url, "batch-inbox", Duration::from_secs(30)) => c?,
         };
         let _close = CloseOnDrop(conn.clone());
-        let info = s.prepare(&conn, &self.stream).await?;
         let Some(start) = self.start_position().await else {
             return Ok(Ended::Stop);
         };
+        let info = s.prepare(&conn, &self.stream, Some(start)).await?;
         let info = self.follow_database(&conn, info, start).await?;
         // Deliveries of an earlier run or holder, unacknowledged and not committed: wait for
         // the server to deliver them again (after ack_wait) before anything newer.
