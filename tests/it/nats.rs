@@ -1,0 +1,351 @@
+//! The binary reading a NATS JetStream stream (`--source nats://…`), each test against a
+//! nats-server of its own (`common::nats`): exactly once under duplicates and bad input, a
+//! SIGKILL of the processor, a SIGKILL of the server and a stall longer than the consumer's
+//! AckWait, and the password never shown.
+
+use std::time::{Duration, Instant};
+
+use batch_inbox_tools::generate::{generate, Expected, GeneratorSettings, Record};
+use batch_inbox_tools::verify::{differences, observe};
+use deadpool_postgres::Pool;
+use serde_json::json;
+
+use crate::common::child::{Finished, Running};
+use crate::common::nats::{distinct_invalid_ids, Client, NatsServer};
+use crate::common::{fresh_db, group, http};
+
+/// The stream of the tests, on subjects `ledger.<account>`.
+const STREAM: &str = "ledger";
+const PREFIX: &str = "ledger";
+
+/// The consumer's name when `--consumer` is not given: the `--group` default.
+const GROUP: &str = "batch-inbox";
+
+/// The input of a test: generated records with duplicates, bad input and overdrafts (each
+/// invalid id text distinct: [`distinct_invalid_ids`]).
+fn input(messages: u64, seed: u64) -> (Vec<Record>, Expected) {
+    let (records, expected) = generate(GeneratorSettings {
+        messages,
+        accounts: 200,
+        duplicate_ratio: 0.15,
+        bad_ratio: 0.02,
+        seed,
+        ..GeneratorSettings::default()
+    });
+    (distinct_invalid_ids(&records), expected)
+}
+
+/// A client of `server` with the ledger stream created.
+async fn ledger_stream(server: &NatsServer) -> Client {
+    let mut nats = server.client().await;
+    nats.create_stream(STREAM, &["ledger.>"], json!({})).await;
+    nats
+}
+
+/// The binary reading `STREAM` of `server` into the database at `db` (a URL) with `extra` flags.
+fn spawn(server: &NatsServer, db: &str, extra: &[&str]) -> Running {
+    let url = server.url();
+    let mut args = vec![
+        "run",
+        "--source",
+        url.as_str(),
+        "--stream",
+        STREAM,
+        "--log-interval",
+        "0",
+    ];
+    args.extend(extra);
+    Running::spawn(&args, &[("DATABASE_URL", db)])
+}
+
+/// Waits for `process` to exit (at most `limit`); its output never shows the password.
+async fn finish(server: &NatsServer, process: Running, limit: Duration) -> Finished {
+    let out = process.wait(limit).await;
+    server.assert_no_secret(&out);
+    out
+}
+
+/// Runs the binary with `--exit-on-eof` and `extra` flags until it exits 0 (at most 120 s).
+async fn run_to_eof(server: &NatsServer, db: &str, extra: &[&str]) -> Finished {
+    let mut flags = vec!["--exit-on-eof"];
+    flags.extend(extra);
+    let out = finish(server, spawn(server, db, &flags), Duration::from_secs(120)).await;
+    out.assert_exit(0);
+    out
+}
+
+async fn assert_exact(pool: &Pool, expected: &Expected) {
+    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
+    assert_eq!(differences(&observed, expected), Vec::<String>::new());
+}
+
+/// The database's position of `consumer` on the stream is `next`.
+async fn assert_position(pool: &Pool, consumer: &str, next: u64) {
+    let row = pool
+        .get()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2 \
+             AND partition = 0",
+            &[&consumer, &STREAM],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), next as i64);
+}
+
+/// Waits until the inbox holds at least `n` rows (at most 60 s).
+async fn wait_for_rows(pool: &Pool, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = group::inbox_rows(pool).await;
+        if rows >= n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "inbox stuck at {rows} of {n}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the database is the model's (at most 120 s).
+async fn wait_for_all(pool: &Pool, expected: &Expected) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
+        let diffs = differences(&observed, expected);
+        if diffs.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not the model's state: {diffs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The redeliveries the processor at `metrics` counted; the metric must be served.
+async fn redeliveries(metrics: std::net::SocketAddr) -> f64 {
+    let (status, body) = http::get(metrics, "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    *http::samples(&body)
+        .get("batch_inbox_redeliveries_total")
+        .unwrap_or_else(|| panic!("no batch_inbox_redeliveries_total: {body}"))
+}
+
+/// The ledger's table held by a transaction of the test's (`LOCK TABLE … IN ACCESS EXCLUSIVE
+/// MODE`), so that the processor's batch in flight waits on it, uncommitted and unacknowledged.
+struct TableLock(deadpool_postgres::Object);
+
+impl TableLock {
+    /// Takes the lock and returns once a batch of the processor waits on it (at most 60 s).
+    async fn hold(pool: &Pool) -> TableLock {
+        let client = pool.get().await.unwrap();
+        client
+            .batch_execute("BEGIN; LOCK TABLE balances IN ACCESS EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        group::wait_for("a batch waiting on the lock", 60, || async {
+            let row = pool
+                .get()
+                .await
+                .unwrap()
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap();
+            row.get::<_, i64>(0) > 0
+        })
+        .await;
+        TableLock(client)
+    }
+
+    async fn release(self) {
+        self.0.batch_execute("COMMIT").await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_applied_exactly_once_and_a_republish_adds_nothing() {
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, pool) = fresh_db("nats_once").await;
+    let (records, expected) = input(20_000, 7);
+    assert!(expected.duplicates > 0 && expected.dead_letters.len() >= 4);
+    let seqs = nats.publish_records(PREFIX, &records).await;
+    assert_eq!(seqs.iter().max(), Some(&20_000));
+
+    let out = run_to_eof(&server, &db, &["--batch-size", "400"]).await;
+    assert!(out.stdout.contains("records 20000 "), "{}", out.stdout);
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, 20_001).await;
+    // The consumer as the source creates it: durable, pulled, acknowledged up to a position,
+    // twice a batch unacknowledged at most, redelivered without limit after 30 s.
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!(info.config["durable_name"], GROUP, "{:?}", info.config);
+    assert_eq!(info.config["ack_policy"], "all", "{:?}", info.config);
+    assert_eq!(info.config["deliver_policy"], "all", "{:?}", info.config);
+    assert_eq!(info.config["max_ack_pending"], 800, "{:?}", info.config);
+    assert_eq!(info.config["max_deliver"], -1, "{:?}", info.config);
+    assert_eq!(
+        info.config["ack_wait"], 30_000_000_000u64,
+        "{:?}",
+        info.config
+    );
+    assert!(
+        info.config.get("deliver_subject").is_none(),
+        "{:?}",
+        info.config
+    );
+    assert_eq!(
+        (info.num_pending, info.num_ack_pending, info.ack_floor),
+        (0, 0, 20_000)
+    );
+
+    // Every record published once more, with its id (a publisher that resends all, past the
+    // server's duplicate window): nothing is applied again, and everything is acknowledged.
+    let again = nats.publish_records(PREFIX, &records).await;
+    assert_eq!(again.iter().min(), Some(&20_001));
+    let out = run_to_eof(&server, &db, &["--batch-size", "400"]).await;
+    assert!(
+        out.stdout.contains("records 20000 new 0 "),
+        "{}",
+        out.stdout
+    );
+    // The bad records published again are new messages (new sequences), each dead-lettered once
+    // more; nothing else changed.
+    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
+    assert_eq!(observed.inbox, expected.new);
+    assert_eq!(observed.balances, expected.balances);
+    for (reason, n) in &expected.dead_letters {
+        let twice = match reason.as_str() {
+            "insufficient_funds" => *n, // a rejected id is in the inbox: skipped
+            _ => 2 * n,
+        };
+        assert_eq!(observed.dead_letters.get(reason), Some(&twice), "{reason}");
+    }
+    assert_position(&pool, GROUP, 40_001).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!((info.num_pending, info.ack_floor), (0, 40_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_of_the_processor_applies_nothing_twice() {
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, pool) = fresh_db("nats_kill").await;
+    let (records, expected) = input(30_000, 11);
+    nats.publish_records(PREFIX, &records).await;
+    // Small batches, so that the kill lands between commits with deliveries unacknowledged; a
+    // short AckWait, so that what the dead process held comes again soon.
+    let flags = ["--batch-size", "100", "--ack-wait", "3s"];
+    let child = spawn(&server, &db, &flags);
+    wait_for_rows(&pool, expected.new / 3).await;
+    let killed = child.kill().await;
+    server.assert_no_secret(&killed);
+    assert_eq!(killed.code, None, "{}", killed.stderr);
+    let applied = group::inbox_rows(&pool).await;
+    assert!(applied < expected.new, "the kill came too late: {applied}");
+
+    run_to_eof(&server, &db, &flags).await;
+    // Dead letters are keyed by stream sequence: one redelivered adds no second row.
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, 30_001).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_of_the_server_is_ridden_out_exactly_once() {
+    let mut server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, pool) = fresh_db("nats_server_kill").await;
+    let (records, expected) = input(30_000, 13);
+    nats.publish_records(PREFIX, &records).await;
+    drop(nats);
+    let flags = ["--batch-size", "200", "--ack-wait", "3s", "--exit-on-eof"];
+    let child = spawn(&server, &db, &flags);
+    wait_for_rows(&pool, expected.new / 4).await;
+    // Held in the middle whatever the machine's speed: a batch waits on the ledger's table,
+    // uncommitted and unacknowledged, while the server dies and comes back on its store.
+    let lock = TableLock::hold(&pool).await;
+    let applied = group::inbox_rows(&pool).await;
+    assert!(
+        applied < expected.new,
+        "finished before the kill: {applied}"
+    );
+    server.kill();
+    server.start_again().await;
+    let mut nats = server.client().await;
+    let state = nats.stream_state(STREAM).await;
+    assert_eq!(
+        (state["messages"].as_u64(), state["last_seq"].as_u64()),
+        (Some(30_000), Some(30_000)),
+        "the store lost messages: {state}"
+    );
+    lock.release().await;
+
+    let out = finish(&server, child, Duration::from_secs(180)).await;
+    out.assert_exit(0);
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, 30_001).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!(
+        (info.num_pending, info.num_ack_pending, info.ack_floor),
+        (0, 0, 30_000)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_longer_than_the_ack_wait_redelivers_nothing() {
+    const ACK_WAIT: Duration = Duration::from_secs(2);
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, pool) = fresh_db("nats_stall").await;
+    let (records, expected) = input(10_000, 19);
+    nats.publish_records(PREFIX, &records).await;
+    let mut child = spawn(
+        &server,
+        &db,
+        &[
+            "--batch-size",
+            "100",
+            "--ack-wait",
+            "2s",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+    );
+    let metrics = child.metrics_addr().await;
+    wait_for_rows(&pool, expected.new / 4).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!(info.config["ack_wait"], ACK_WAIT.as_nanos() as u64);
+
+    // A batch held on the database for three times the AckWait: what the processor holds
+    // unacknowledged is never redelivered meanwhile, and nothing is applied or dead-lettered.
+    let lock = TableLock::hold(&pool).await;
+    let held_at = observe(&**pool.get().await.unwrap()).await.unwrap();
+    let until = Instant::now() + 3 * ACK_WAIT;
+    while Instant::now() < until {
+        let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+        assert!(info.num_ack_pending > 0, "nothing in flight: {info:?}");
+        assert_eq!(info.num_redelivered, 0, "redelivered while held: {info:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let still = observe(&**pool.get().await.unwrap()).await.unwrap();
+    assert_eq!(still, held_at);
+    lock.release().await;
+
+    wait_for_all(&pool, &expected).await;
+    assert_eq!(redeliveries(metrics).await, 0.0);
+    let out = child.stop().await;
+    server.assert_no_secret(&out);
+    out.assert_exit(0);
+    assert!(out.stdout.contains("records 10000 "), "{}", out.stdout);
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, 10_001).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!((info.num_redelivered, info.ack_floor), (0, 10_000));
+}
