@@ -1,7 +1,8 @@
 //! The binary reading a NATS JetStream stream (`--source nats://…`), each test against a
 //! nats-server of its own (`common::nats`): exactly once under duplicates and bad input, a
-//! SIGKILL of the processor, a SIGKILL of the server and a stall longer than the consumer's
-//! AckWait, and the password never shown.
+//! SIGKILL of the processor, a SIGKILL of the server, a stall longer than the consumer's
+//! AckWait, header bytes no client library would send and a database restored from a copy, and
+//! the password never shown.
 
 use std::time::{Duration, Instant};
 
@@ -11,8 +12,10 @@ use deadpool_postgres::Pool;
 use serde_json::json;
 
 use crate::common::child::{Finished, Running};
-use crate::common::nats::{distinct_invalid_ids, Client, NatsServer};
-use crate::common::{fresh_db, group, http};
+use crate::common::nats::{
+    distinct_invalid_ids, header_block, id_line, ledger_message, Client, NatsServer, Publish,
+};
+use crate::common::{db_name, db_url, fresh_db, group, http};
 
 /// The stream of the tests, on subjects `ledger.<account>`.
 const STREAM: &str = "ledger";
@@ -348,4 +351,194 @@ async fn a_stall_longer_than_the_ack_wait_redelivers_nothing() {
     assert_position(&pool, GROUP, 10_001).await;
     let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
     assert_eq!((info.num_redelivered, info.ack_floor), (0, 10_000));
+}
+
+/// The account of the records with hostile headers (none of the model's).
+const HOSTILE_ACCOUNT: i64 = 999_999;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_bytes_become_records_or_dead_letters_never_a_stopped_consumer() {
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, pool) = fresh_db("nats_bytes").await;
+    let (records, mut expected) = input(600, 11);
+
+    // Among the records, one message in fifteen of three kinds:
+    // - a valid id and entry (to an account of its own) with headers no client library sends: a
+    //   name and a value that are not UTF-8, a name with a space, a line without a colon, NUL
+    //   bytes; each is applied or dead-lettered, whatever the source makes of its headers;
+    // - an id that is not UTF-8: dead-lettered (invalid_id), its bytes kept;
+    // - no id, with other headers or none at all: dead-lettered (missing_id).
+    let entry = |account: i64| format!(r#"{{"account_id":{account},"amount":1}}"#).into_bytes();
+    let subject = format!("{PREFIX}.{HOSTILE_ACCOUNT}");
+    let hostile_message = |headers: Option<Vec<u8>>| Publish {
+        subject: subject.clone(),
+        headers,
+        payload: entry(HOSTILE_ACCOUNT),
+    };
+    // (the valid id of a message with hostile headers, the message)
+    let mut hostile: Vec<(Option<uuid::Uuid>, Publish)> = Vec::new();
+    for i in 0..20 {
+        let id = uuid::Uuid::new_v4();
+        let line = id_line(id.to_string().as_bytes());
+        let lines: Vec<&[u8]> = match i % 5 {
+            0 => vec![&line, b"\xff\xfe: \xc3\x28"],
+            1 => vec![b"with space: v", &line],
+            2 => vec![&line, b"no colon at all"],
+            3 => vec![b"\xc3\x28", &line, b"X-Bin: \x00\x01\xff"],
+            _ => vec![b"X-\x80\x81: \xff", &line, b": no name"],
+        };
+        hostile.push((Some(id), hostile_message(Some(header_block(&lines)))));
+    }
+    let invalid: Vec<Vec<u8>> = (0..10u8).map(|i| vec![0xff, 0xfe, i]).collect();
+    let invalid_at = hostile.len();
+    for id in &invalid {
+        hostile.push((None, hostile_message(Some(header_block(&[&id_line(id)])))));
+    }
+    let missing_at = hostile.len();
+    for i in 0..10 {
+        let headers = (i % 2 == 0).then(|| header_block(&[b"X-Other: 1"]));
+        hostile.push((None, hostile_message(headers)));
+    }
+    // Interleaved: records, then one hostile message, and again.
+    let mut messages = Vec::new();
+    let mut hostile_index = Vec::new(); // position in `messages` of hostile message i
+    let mut rest = hostile.iter();
+    for (i, r) in records.iter().enumerate() {
+        messages.push(ledger_message(PREFIX, r));
+        if i % 15 == 7 {
+            if let Some((_, m)) = rest.next() {
+                hostile_index.push(messages.len());
+                messages.push(m.clone());
+            }
+        }
+    }
+    for (_, m) in rest {
+        hostile_index.push(messages.len());
+        messages.push(m.clone());
+    }
+    let total = messages.len() as u64;
+    assert_eq!(total, 640);
+    let seqs = nats.publish_stored(&messages).await;
+    let seq_of = |i: usize| seqs[hostile_index[i]] as i64;
+
+    let out = run_to_eof(&server, &db, &[]).await;
+    assert!(out.stdout.contains("records 640 "), "{}", out.stdout);
+    assert_position(&pool, GROUP, total + 1).await;
+
+    let client = pool.get().await.unwrap();
+    // Each message with hostile headers: in the inbox or a dead letter, exactly one of them.
+    let mut applied = 0i64;
+    for (i, (id, m)) in hostile.iter().enumerate().take(invalid_at) {
+        let inbox: i64 = client
+            .query_one("SELECT count(*) FROM inbox WHERE message_id = $1", &[id])
+            .await
+            .unwrap()
+            .get(0);
+        let letters = client
+            .query(
+                "SELECT reason FROM dead_letters WHERE topic = $1 AND \"offset\" = $2",
+                &[&STREAM, &seq_of(i)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(inbox + letters.len() as i64, 1, "message {i}: {m:?}");
+        applied += inbox;
+        for row in letters {
+            *expected.dead_letters.entry(row.get(0)).or_default() += 1;
+        }
+    }
+    if applied > 0 {
+        expected.balances.insert(HOSTILE_ACCOUNT, applied);
+    }
+    expected.new += applied as u64;
+    // The ids that are not UTF-8 and the missing ones: dead letters of those reasons, at their
+    // sequences, the bytes of each id kept.
+    for (range, reason) in [
+        (invalid_at..missing_at, "invalid_id"),
+        (missing_at..hostile.len(), "missing_id"),
+    ] {
+        let at: Vec<i64> = range.clone().map(seq_of).collect();
+        let rows = client
+            .query(
+                "SELECT reason, coalesce(message_id_raw, key) FROM dead_letters \
+                 WHERE topic = $1 AND \"offset\" = ANY($2) ORDER BY \"offset\"",
+                &[&STREAM, &at],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), at.len(), "{reason}");
+        for (row, i) in rows.iter().zip(range) {
+            assert_eq!(row.get::<_, String>(0), reason, "message {i}");
+            if reason == "invalid_id" {
+                let raw: Option<Vec<u8>> = row.get(1);
+                assert_eq!(raw.as_deref(), Some(&invalid[i - invalid_at][..]));
+            }
+        }
+        *expected.dead_letters.entry(reason.to_owned()).or_default() += at.len() as u64;
+    }
+    assert_exact(&pool, &expected).await;
+}
+
+/// Copies database `from` as `to` (`CREATE DATABASE … TEMPLATE`, once nothing is connected to
+/// `from`): a backup of it, restored under another name. Returns the copy's URL.
+async fn copy_database(from: &str, to: &str) -> String {
+    let admin = batch_inbox::db::connect(&db_url("postgres"), 1)
+        .await
+        .unwrap();
+    let c = admin.get().await.unwrap();
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {to} WITH (FORCE)"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        c.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+            &[&from],
+        )
+        .await
+        .unwrap();
+        match c
+            .batch_execute(&format!("CREATE DATABASE {to} TEMPLATE {from}"))
+            .await
+        {
+            Ok(()) => return db_url(to),
+            Err(e) => assert!(Instant::now() < deadline, "copy of {from}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restored_from_a_copy_gets_every_record_again() {
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db_a, pool) = fresh_db("nats_restore_a").await;
+    let (records, expected) = input(10_000, 23);
+    let (first, second) = records.split_at(5_000);
+    nats.publish_records(PREFIX, first).await;
+    let out = run_to_eof(&server, &db_a, &["--batch-size", "200"]).await;
+    assert!(out.stdout.contains("records 5000 "), "{}", out.stdout);
+    drop(pool);
+
+    // B: A as it is now, a backup; then A reads on and the consumer acknowledges the rest.
+    let db_b = copy_database(&db_name("nats_restore_a"), &db_name("nats_restore_b")).await;
+    nats.publish_records(PREFIX, second).await;
+    let out = run_to_eof(&server, &db_a, &["--batch-size", "200"]).await;
+    assert!(out.stdout.contains("records 5000 "), "{}", out.stdout);
+    let pool_a = batch_inbox::db::connect(&db_a, 2).await.unwrap();
+    assert_exact(&pool_a, &expected).await;
+    assert_position(&pool_a, GROUP, 10_001).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!(info.ack_floor, 10_000);
+
+    // B restored behind what the consumer acknowledged: it is read again from its own position,
+    // every record after it, and ends as A did.
+    let out = run_to_eof(&server, &db_b, &["--batch-size", "200"]).await;
+    assert!(out.stdout.contains("records 5000 "), "{}", out.stdout);
+    let pool_b = batch_inbox::db::connect(&db_b, 2).await.unwrap();
+    assert_exact(&pool_b, &expected).await;
+    assert_position(&pool_b, GROUP, 10_001).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!((info.num_pending, info.ack_floor), (0, 10_000));
 }
