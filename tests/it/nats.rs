@@ -1,8 +1,8 @@
 //! The binary reading a NATS JetStream stream (`--source nats://…`), each test against a
 //! nats-server of its own (`common::nats`): exactly once under duplicates and bad input, a
 //! SIGKILL of the processor, a SIGKILL of the server, a stall longer than the consumer's
-//! AckWait, header bytes no client library would send and a database restored from a copy, and
-//! the password never shown.
+//! AckWait, header bytes no client library would send, a database restored from a copy, the
+//! consumer settings refused at start, and the password never shown.
 
 use std::time::{Duration, Instant};
 
@@ -126,6 +126,16 @@ async fn wait_for_all(pool: &Pool, expected: &Expected) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Polls `/readyz` until it answers `status`; returns the body.
+async fn readyz_becomes(addr: std::net::SocketAddr, status: u16) -> String {
+    let what = format!("/readyz to answer {status}");
+    http::poll(Duration::from_secs(60), &what, || async {
+        let (s, body) = http::get(addr, "/readyz").await;
+        (s == status).then_some(body)
+    })
+    .await
 }
 
 /// The redeliveries the processor at `metrics` counted; the metric must be served.
@@ -541,4 +551,183 @@ async fn a_database_restored_from_a_copy_gets_every_record_again() {
     assert_position(&pool_b, GROUP, 10_001).await;
     let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
     assert_eq!((info.num_pending, info.ack_floor), (0, 10_000));
+}
+
+/// `text` lowercase without `_`, `-` and spaces: `AckPolicy`, `ack_policy` and `ack policy`
+/// read alike.
+fn squeezed(text: &str) -> String {
+    text.to_lowercase()
+        .chars()
+        .filter(|c| !matches!(c, '_' | '-' | ' '))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_settings_that_break_the_guarantee_are_refused_and_the_password_never_shown() {
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, _pool) = fresh_db("nats_refused").await;
+
+    // Consumers that exist with a setting that loses or parks records: refused at start, the
+    // setting named, the consumer left as it was.
+    let refused = [
+        (
+            "no_acks",
+            json!({"ack_policy": "none", "deliver_policy": "all"}),
+            &["ackpolicy"][..],
+        ),
+        (
+            "pushed",
+            json!({"ack_policy": "all", "deliver_policy": "all", "deliver_subject": "push.here"}),
+            &["deliversubject", "push"][..],
+        ),
+        (
+            "limited",
+            json!({"ack_policy": "all", "deliver_policy": "all", "max_deliver": 5}),
+            &["maxdeliver"][..],
+        ),
+    ];
+    for (consumer, config, names) in refused {
+        let created = nats.create_consumer(STREAM, consumer, config).await;
+        assert!(created.get("error").is_none(), "{created}");
+        let before = nats.consumer_info(STREAM, consumer).await.unwrap().config;
+        let out = finish(
+            &server,
+            spawn(&server, &db, &["--consumer", consumer, "--exit-on-eof"]),
+            Duration::from_secs(60),
+        )
+        .await;
+        // A start-up failure (docs/OPERATIONS.md, "Exit codes and start-up").
+        assert_eq!(out.code, Some(1), "{consumer}: {}", out.stderr);
+        let said = squeezed(&out.stderr);
+        assert!(
+            names.iter().any(|n| said.contains(n)),
+            "{consumer}: {}",
+            out.stderr
+        );
+        let after = nats.consumer_info(STREAM, consumer).await.unwrap().config;
+        assert_eq!(before, after, "{consumer} changed");
+    }
+
+    // A stream that drops records by age or by interest: a warning at start, then read.
+    for (stream, config, name) in [
+        ("aged", json!({"max_age": 3_600_000_000_000u64}), "maxage"),
+        ("interest", json!({"retention": "interest"}), "interest"),
+    ] {
+        let subjects = format!("{stream}.>");
+        nats.create_stream(stream, &[&subjects], config).await;
+        let url = server.url();
+        let out = finish(
+            &server,
+            Running::spawn(
+                &["run", "--source", &url, "--stream", stream, "--exit-on-eof"],
+                &[("DATABASE_URL", &db)],
+            ),
+            Duration::from_secs(60),
+        )
+        .await;
+        out.assert_exit(0);
+        assert!(squeezed(&out.stderr).contains(name), "{}", out.stderr);
+    }
+
+    // A refused login ends the start at once, without either password.
+    let wrong = "Wr0ngNatsPassw0rd";
+    let started = Instant::now();
+    let out = finish(
+        &server,
+        Running::spawn(
+            &[
+                "run",
+                "--source",
+                &server.url_with_password(wrong),
+                "--stream",
+                STREAM,
+                "--exit-on-eof",
+            ],
+            &[("DATABASE_URL", &db)],
+        ),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    assert!(!out.stderr.contains(wrong) && !out.stdout.contains(wrong));
+    assert!(nats.consumer_info(STREAM, GROUP).await.is_none());
+
+    // --stream is required (the URL never shown).
+    let url = server.url();
+    let out = finish(
+        &server,
+        Running::spawn(&["run", "--source", &url], &[("DATABASE_URL", &db)]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--stream"), "{}", out.stderr);
+
+    // --print-config shows the source with its password masked.
+    let out = finish(
+        &server,
+        spawn(&server, &db, &["--print-config", "--consumer", "c1"]),
+        Duration::from_secs(30),
+    )
+    .await;
+    out.assert_exit(0);
+    assert!(out.stdout.contains("nats://app:"), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_and_metrics_while_a_filtered_consumer_reads() {
+    let server = NatsServer::start().await;
+    let mut nats = server.client().await;
+    nats.create_stream(STREAM, &["ledger.>", "noise.>"], json!({}))
+        .await;
+    let (db, pool) = fresh_db("nats_readyz").await;
+    let (records, expected) = input(2_000, 29);
+    let mut p = spawn(
+        &server,
+        &db,
+        &[
+            "--filter-subject",
+            "ledger.>",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+    );
+    let metrics = p.metrics_addr().await;
+    // Ready with the consumer waiting, before any message.
+    readyz_becomes(metrics, 200).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!(
+        info.config["filter_subject"], "ledger.>",
+        "{:?}",
+        info.config
+    );
+
+    // Messages outside the filter first (were they read, each would be a dead letter: no id),
+    // then the records.
+    let noise: Vec<Publish> = (0..50)
+        .map(|i| Publish {
+            subject: format!("noise.{i}"),
+            headers: None,
+            payload: b"not for this consumer".to_vec(),
+        })
+        .collect();
+    nats.publish_stored(&noise).await;
+    let seqs = nats.publish_records(PREFIX, &records).await;
+    let last = *seqs.iter().max().unwrap();
+    assert_eq!(last, 2_050);
+    wait_for_all(&pool, &expected).await;
+    readyz_becomes(metrics, 200).await;
+    assert_eq!(redeliveries(metrics).await, 0.0);
+
+    let out = p.stop().await;
+    server.assert_no_secret(&out);
+    out.assert_exit(0);
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, last + 1).await;
 }
