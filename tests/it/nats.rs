@@ -98,6 +98,20 @@ async fn assert_position(pool: &Pool, consumer: &str, next: u64) {
     assert_eq!(row.get::<_, i64>(0), next as i64);
 }
 
+/// The database's position of `consumer` (-1: none).
+async fn db_position(pool: &Pool, consumer: &str) -> i64 {
+    group::db_offsets(pool, consumer, 1).await[0]
+}
+
+/// Waits until the database's position of `consumer` is `next` (at most 120 s): everything
+/// before it read and committed (the state may be the model's earlier, with duplicates left).
+async fn wait_for_position(pool: &Pool, consumer: &str, next: u64) {
+    group::wait_for("the position", 120, || async {
+        db_position(pool, consumer).await == next as i64
+    })
+    .await;
+}
+
 /// Waits until the inbox holds at least `n` rows (at most 60 s).
 async fn wait_for_rows(pool: &Pool, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -145,6 +159,16 @@ async fn redeliveries(metrics: std::net::SocketAddr) -> f64 {
     *http::samples(&body)
         .get("batch_inbox_redeliveries_total")
         .unwrap_or_else(|| panic!("no batch_inbox_redeliveries_total: {body}"))
+}
+
+/// Rows in `dead_letters`.
+async fn dead_letters(pool: &Pool) -> i64 {
+    let client = pool.get().await.unwrap();
+    let row = client
+        .query_one("SELECT count(*) FROM dead_letters", &[])
+        .await
+        .unwrap();
+    row.get(0)
 }
 
 /// The ledger's table held by a transaction of the test's (`LOCK TABLE … IN ACCESS EXCLUSIVE
@@ -339,7 +363,8 @@ async fn a_stall_longer_than_the_ack_wait_redelivers_nothing() {
     // A batch held on the database for three times the AckWait: what the processor holds
     // unacknowledged is never redelivered meanwhile, and nothing is applied or dead-lettered.
     let lock = TableLock::hold(&pool).await;
-    let held_at = observe(&**pool.get().await.unwrap()).await.unwrap();
+    // (balances is locked: only the other tables are read meanwhile)
+    let held_at = (group::inbox_rows(&pool).await, dead_letters(&pool).await);
     let until = Instant::now() + 3 * ACK_WAIT;
     while Instant::now() < until {
         let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
@@ -347,16 +372,25 @@ async fn a_stall_longer_than_the_ack_wait_redelivers_nothing() {
         assert_eq!(info.num_redelivered, 0, "redelivered while held: {info:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let still = observe(&**pool.get().await.unwrap()).await.unwrap();
-    assert_eq!(still, held_at);
+    let still = (group::inbox_rows(&pool).await, dead_letters(&pool).await);
+    assert_eq!(
+        still, held_at,
+        "(inbox rows, dead letters) changed while held"
+    );
     lock.release().await;
 
     wait_for_all(&pool, &expected).await;
+    wait_for_position(&pool, GROUP, 10_001).await;
     assert_eq!(redeliveries(metrics).await, 0.0);
     let out = child.stop().await;
     server.assert_no_secret(&out);
     out.assert_exit(0);
-    assert!(out.stdout.contains("records 10000 "), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("records 10000 "),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
     assert_exact(&pool, &expected).await;
     assert_position(&pool, GROUP, 10_001).await;
     let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
@@ -722,6 +756,7 @@ async fn readyz_and_metrics_while_a_filtered_consumer_reads() {
     let last = *seqs.iter().max().unwrap();
     assert_eq!(last, 2_050);
     wait_for_all(&pool, &expected).await;
+    wait_for_position(&pool, GROUP, last + 1).await;
     readyz_becomes(metrics, 200).await;
     assert_eq!(redeliveries(metrics).await, 0.0);
 
