@@ -13,7 +13,8 @@ use serde_json::json;
 
 use crate::common::child::{Finished, Running};
 use crate::common::nats::{
-    distinct_invalid_ids, header_block, id_line, ledger_message, Client, NatsServer, Publish,
+    distinct_invalid_ids, header_block, id_line, ledger_message, Client, ConsumerInfo, NatsServer,
+    Publish,
 };
 use crate::common::{db_name, db_url, fresh_db, group, http};
 
@@ -101,6 +102,18 @@ async fn assert_position(pool: &Pool, consumer: &str, next: u64) {
 /// The database's position of `consumer` (-1: none).
 async fn db_position(pool: &Pool, consumer: &str) -> i64 {
     group::db_offsets(pool, consumer, 1).await[0]
+}
+
+/// What JetStream says of `consumer`, checked against the database: nothing acknowledged that
+/// the database has not committed (the ack floor below its position).
+async fn acknowledged_within_the_database(nats: &mut Client, pool: &Pool) -> ConsumerInfo {
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    let next = db_position(pool, GROUP).await; // read second: it only moves forward
+    assert!(
+        (info.ack_floor as i64) < next.max(1),
+        "acknowledged past the database's position {next}: {info:?}"
+    );
+    info
 }
 
 /// Waits until the database's position of `consumer` is `next` (at most 120 s): everything
@@ -287,6 +300,7 @@ async fn a_sigkill_of_the_processor_applies_nothing_twice() {
     assert_eq!(killed.code, None, "{}", killed.stderr);
     let applied = group::inbox_rows(&pool).await;
     assert!(applied < expected.new, "the kill came too late: {applied}");
+    acknowledged_within_the_database(&mut nats, &pool).await;
 
     run_to_eof(&server, &db, &flags).await;
     // Dead letters are keyed by stream sequence: one redelivered adds no second row.
@@ -322,6 +336,7 @@ async fn a_sigkill_of_the_server_is_ridden_out_exactly_once() {
         (Some(30_000), Some(30_000)),
         "the store lost messages: {state}"
     );
+    acknowledged_within_the_database(&mut nats, &pool).await;
     lock.release().await;
 
     let out = finish(&server, child, Duration::from_secs(180)).await;
@@ -367,7 +382,7 @@ async fn a_stall_longer_than_the_ack_wait_redelivers_nothing() {
     let held_at = (group::inbox_rows(&pool).await, dead_letters(&pool).await);
     let until = Instant::now() + 3 * ACK_WAIT;
     while Instant::now() < until {
-        let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+        let info = acknowledged_within_the_database(&mut nats, &pool).await;
         assert!(info.num_ack_pending > 0, "nothing in flight: {info:?}");
         assert_eq!(info.num_redelivered, 0, "redelivered while held: {info:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
