@@ -24,6 +24,7 @@ mod hostile_records;
 mod kafka_revoke;
 mod kafka_security;
 mod migrations;
+mod nats;
 mod natural_batching;
 mod ops;
 mod outages;

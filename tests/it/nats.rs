@@ -1,0 +1,783 @@
+//! The binary reading a NATS JetStream stream (`--source nats://…`), each test against a
+//! nats-server of its own (`common::nats`): exactly once under duplicates and bad input, a
+//! SIGKILL of the processor, a SIGKILL of the server, a stall longer than the consumer's
+//! AckWait, header bytes no client library would send, a database restored from a copy, the
+//! consumer settings refused at start, and the password never shown.
+
+use std::time::{Duration, Instant};
+
+use batch_inbox_tools::generate::{generate, Expected, GeneratorSettings, Record};
+use batch_inbox_tools::verify::{differences, observe};
+use deadpool_postgres::Pool;
+use serde_json::json;
+
+use crate::common::child::{Finished, Running};
+use crate::common::nats::{
+    distinct_invalid_ids, header_block, id_line, ledger_message, Client, ConsumerInfo, NatsServer,
+    Publish,
+};
+use crate::common::{db_name, db_url, fresh_db, group, http};
+
+/// The stream of the tests, on subjects `ledger.<account>`.
+const STREAM: &str = "ledger";
+const PREFIX: &str = "ledger";
+
+/// The consumer's name when `--consumer` is not given: the `--group` default.
+const GROUP: &str = "batch-inbox";
+
+/// The input of a test: generated records with duplicates, bad input and overdrafts (each
+/// invalid id text distinct: [`distinct_invalid_ids`]).
+fn input(messages: u64, seed: u64) -> (Vec<Record>, Expected) {
+    let (records, expected) = generate(GeneratorSettings {
+        messages,
+        accounts: 200,
+        duplicate_ratio: 0.15,
+        bad_ratio: 0.02,
+        seed,
+        ..GeneratorSettings::default()
+    });
+    (distinct_invalid_ids(&records), expected)
+}
+
+/// A client of `server` with the ledger stream created.
+async fn ledger_stream(server: &NatsServer) -> Client {
+    let mut nats = server.client().await;
+    nats.create_stream(STREAM, &["ledger.>"], json!({})).await;
+    nats
+}
+
+/// The binary reading `STREAM` of `server` into the database at `db` (a URL) with `extra` flags.
+fn spawn(server: &NatsServer, db: &str, extra: &[&str]) -> Running {
+    let url = server.url();
+    let mut args = vec![
+        "run",
+        "--source",
+        url.as_str(),
+        "--stream",
+        STREAM,
+        "--log-interval",
+        "0",
+    ];
+    args.extend(extra);
+    Running::spawn(&args, &[("DATABASE_URL", db)])
+}
+
+/// Waits for `process` to exit (at most `limit`); its output never shows the password.
+async fn finish(server: &NatsServer, process: Running, limit: Duration) -> Finished {
+    let out = process.wait(limit).await;
+    server.assert_no_secret(&out);
+    out
+}
+
+/// Runs the binary with `--exit-on-eof` and `extra` flags until it exits 0 (at most 120 s).
+async fn run_to_eof(server: &NatsServer, db: &str, extra: &[&str]) -> Finished {
+    let mut flags = vec!["--exit-on-eof"];
+    flags.extend(extra);
+    let out = finish(server, spawn(server, db, &flags), Duration::from_secs(120)).await;
+    out.assert_exit(0);
+    out
+}
+
+async fn assert_exact(pool: &Pool, expected: &Expected) {
+    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
+    assert_eq!(differences(&observed, expected), Vec::<String>::new());
+}
+
+/// The database's position of `consumer` on the stream is `next`.
+async fn assert_position(pool: &Pool, consumer: &str, next: u64) {
+    let row = pool
+        .get()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2 \
+             AND partition = 0",
+            &[&consumer, &STREAM],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), next as i64);
+}
+
+/// The database's position of `consumer` (-1: none).
+async fn db_position(pool: &Pool, consumer: &str) -> i64 {
+    group::db_offsets(pool, consumer, 1).await[0]
+}
+
+/// What JetStream says of `consumer`, checked against the database: nothing acknowledged that
+/// the database has not committed (the ack floor below its position).
+async fn acknowledged_within_the_database(nats: &mut Client, pool: &Pool) -> ConsumerInfo {
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    let next = db_position(pool, GROUP).await; // read second: it only moves forward
+    assert!(
+        (info.ack_floor as i64) < next.max(1),
+        "acknowledged past the database's position {next}: {info:?}"
+    );
+    info
+}
+
+/// Waits until the database's position of `consumer` is `next` (at most 120 s): everything
+/// before it read and committed (the state may be the model's earlier, with duplicates left).
+async fn wait_for_position(pool: &Pool, consumer: &str, next: u64) {
+    group::wait_for("the position", 120, || async {
+        db_position(pool, consumer).await == next as i64
+    })
+    .await;
+}
+
+/// Waits until the inbox holds at least `n` rows (at most 60 s).
+async fn wait_for_rows(pool: &Pool, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = group::inbox_rows(pool).await;
+        if rows >= n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "inbox stuck at {rows} of {n}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the database is the model's (at most 120 s).
+async fn wait_for_all(pool: &Pool, expected: &Expected) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
+        let diffs = differences(&observed, expected);
+        if diffs.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not the model's state: {diffs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `/readyz` until it answers `status`; returns the body.
+async fn readyz_becomes(addr: std::net::SocketAddr, status: u16) -> String {
+    let what = format!("/readyz to answer {status}");
+    http::poll(Duration::from_secs(60), &what, || async {
+        let (s, body) = http::get(addr, "/readyz").await;
+        (s == status).then_some(body)
+    })
+    .await
+}
+
+/// The redeliveries the processor at `metrics` counted; the metric must be served.
+async fn redeliveries(metrics: std::net::SocketAddr) -> f64 {
+    let (status, body) = http::get(metrics, "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    *http::samples(&body)
+        .get("batch_inbox_redeliveries_total")
+        .unwrap_or_else(|| panic!("no batch_inbox_redeliveries_total: {body}"))
+}
+
+/// Rows in `dead_letters`.
+async fn dead_letters(pool: &Pool) -> i64 {
+    let client = pool.get().await.unwrap();
+    let row = client
+        .query_one("SELECT count(*) FROM dead_letters", &[])
+        .await
+        .unwrap();
+    row.get(0)
+}
+
+/// The ledger's table held by a transaction of the test's (`LOCK TABLE … IN ACCESS EXCLUSIVE
+/// MODE`), so that the processor's batch in flight waits on it, uncommitted and unacknowledged.
+struct TableLock(deadpool_postgres::Object);
+
+impl TableLock {
+    /// Takes the lock and returns once a batch of the processor waits on it (at most 60 s).
+    async fn hold(pool: &Pool) -> TableLock {
+        let client = pool.get().await.unwrap();
+        client
+            .batch_execute("BEGIN; LOCK TABLE balances IN ACCESS EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        group::wait_for("a batch waiting on the lock", 60, || async {
+            let row = pool
+                .get()
+                .await
+                .unwrap()
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap();
+            row.get::<_, i64>(0) > 0
+        })
+        .await;
+        TableLock(client)
+    }
+
+    async fn release(self) {
+        self.0.batch_execute("COMMIT").await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_applied_exactly_once_and_a_republish_adds_nothing() {
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, pool) = fresh_db("nats_once").await;
+    let (records, expected) = input(20_000, 7);
+    assert!(expected.duplicates > 0 && expected.dead_letters.len() >= 4);
+    let seqs = nats.publish_records(PREFIX, &records).await;
+    assert_eq!(seqs.iter().max(), Some(&20_000));
+
+    let out = run_to_eof(&server, &db, &["--batch-size", "400"]).await;
+    assert!(out.stdout.contains("records 20000 "), "{}", out.stdout);
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, 20_001).await;
+    // The consumer as the source creates it: durable, pulled, acknowledged up to a position,
+    // twice a batch unacknowledged at most, redelivered without limit after 30 s.
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!(info.config["durable_name"], GROUP, "{:?}", info.config);
+    assert_eq!(info.config["ack_policy"], "all", "{:?}", info.config);
+    assert_eq!(info.config["deliver_policy"], "all", "{:?}", info.config);
+    assert_eq!(info.config["max_ack_pending"], 800, "{:?}", info.config);
+    assert_eq!(info.config["max_deliver"], -1, "{:?}", info.config);
+    assert_eq!(
+        info.config["ack_wait"], 30_000_000_000u64,
+        "{:?}",
+        info.config
+    );
+    assert!(
+        info.config.get("deliver_subject").is_none(),
+        "{:?}",
+        info.config
+    );
+    assert_eq!(
+        (info.num_pending, info.num_ack_pending, info.ack_floor),
+        (0, 0, 20_000)
+    );
+
+    // Every record published once more, with its id (a publisher that resends all, past the
+    // server's duplicate window): nothing is applied again, and everything is acknowledged.
+    let again = nats.publish_records(PREFIX, &records).await;
+    assert_eq!(again.iter().min(), Some(&20_001));
+    let out = run_to_eof(&server, &db, &["--batch-size", "400"]).await;
+    assert!(
+        out.stdout.contains("records 20000 new 0 "),
+        "{}",
+        out.stdout
+    );
+    // The bad records published again are new messages (new sequences), each dead-lettered once
+    // more; nothing else changed.
+    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
+    assert_eq!(observed.inbox, expected.new);
+    assert_eq!(observed.balances, expected.balances);
+    for (reason, n) in &expected.dead_letters {
+        let twice = match reason.as_str() {
+            "insufficient_funds" => *n, // a rejected id is in the inbox: skipped
+            _ => 2 * n,
+        };
+        assert_eq!(observed.dead_letters.get(reason), Some(&twice), "{reason}");
+    }
+    assert_position(&pool, GROUP, 40_001).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!((info.num_pending, info.ack_floor), (0, 40_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_of_the_processor_applies_nothing_twice() {
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, pool) = fresh_db("nats_kill").await;
+    let (records, expected) = input(30_000, 11);
+    nats.publish_records(PREFIX, &records).await;
+    // Small batches, so that the kill lands between commits with deliveries unacknowledged; a
+    // short AckWait, so that what the dead process held comes again soon.
+    let flags = ["--batch-size", "100", "--ack-wait", "3s"];
+    let child = spawn(&server, &db, &flags);
+    wait_for_rows(&pool, expected.new / 3).await;
+    let killed = child.kill().await;
+    server.assert_no_secret(&killed);
+    assert_eq!(killed.code, None, "{}", killed.stderr);
+    let applied = group::inbox_rows(&pool).await;
+    assert!(applied < expected.new, "the kill came too late: {applied}");
+    acknowledged_within_the_database(&mut nats, &pool).await;
+
+    run_to_eof(&server, &db, &flags).await;
+    // Dead letters are keyed by stream sequence: one redelivered adds no second row.
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, 30_001).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_of_the_server_is_ridden_out_exactly_once() {
+    let mut server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, pool) = fresh_db("nats_server_kill").await;
+    let (records, expected) = input(30_000, 13);
+    nats.publish_records(PREFIX, &records).await;
+    drop(nats);
+    let flags = ["--batch-size", "200", "--ack-wait", "3s", "--exit-on-eof"];
+    let child = spawn(&server, &db, &flags);
+    wait_for_rows(&pool, expected.new / 4).await;
+    // Held in the middle whatever the machine's speed: a batch waits on the ledger's table,
+    // uncommitted and unacknowledged, while the server dies and comes back on its store.
+    let lock = TableLock::hold(&pool).await;
+    let applied = group::inbox_rows(&pool).await;
+    assert!(
+        applied < expected.new,
+        "finished before the kill: {applied}"
+    );
+    server.kill();
+    server.start_again().await;
+    let mut nats = server.client().await;
+    let state = nats.stream_state(STREAM).await;
+    assert_eq!(
+        (state["messages"].as_u64(), state["last_seq"].as_u64()),
+        (Some(30_000), Some(30_000)),
+        "the store lost messages: {state}"
+    );
+    acknowledged_within_the_database(&mut nats, &pool).await;
+    lock.release().await;
+
+    let out = finish(&server, child, Duration::from_secs(180)).await;
+    out.assert_exit(0);
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, 30_001).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!(
+        (info.num_pending, info.num_ack_pending, info.ack_floor),
+        (0, 0, 30_000)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_longer_than_the_ack_wait_redelivers_nothing() {
+    const ACK_WAIT: Duration = Duration::from_secs(2);
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, pool) = fresh_db("nats_stall").await;
+    let (records, expected) = input(10_000, 19);
+    nats.publish_records(PREFIX, &records).await;
+    let mut child = spawn(
+        &server,
+        &db,
+        &[
+            "--batch-size",
+            "100",
+            "--ack-wait",
+            "2s",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+    );
+    let metrics = child.metrics_addr().await;
+    wait_for_rows(&pool, expected.new / 4).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!(info.config["ack_wait"], ACK_WAIT.as_nanos() as u64);
+
+    // A batch held on the database for three times the AckWait: what the processor holds
+    // unacknowledged is never redelivered meanwhile, and nothing is applied or dead-lettered.
+    let lock = TableLock::hold(&pool).await;
+    // (balances is locked: only the other tables are read meanwhile)
+    let held_at = (group::inbox_rows(&pool).await, dead_letters(&pool).await);
+    let until = Instant::now() + 3 * ACK_WAIT;
+    while Instant::now() < until {
+        let info = acknowledged_within_the_database(&mut nats, &pool).await;
+        assert!(info.num_ack_pending > 0, "nothing in flight: {info:?}");
+        assert_eq!(info.num_redelivered, 0, "redelivered while held: {info:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let still = (group::inbox_rows(&pool).await, dead_letters(&pool).await);
+    assert_eq!(
+        still, held_at,
+        "(inbox rows, dead letters) changed while held"
+    );
+    lock.release().await;
+
+    wait_for_all(&pool, &expected).await;
+    wait_for_position(&pool, GROUP, 10_001).await;
+    assert_eq!(redeliveries(metrics).await, 0.0);
+    let out = child.stop().await;
+    server.assert_no_secret(&out);
+    out.assert_exit(0);
+    assert!(
+        out.stdout.contains("records 10000 "),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, 10_001).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!((info.num_redelivered, info.ack_floor), (0, 10_000));
+}
+
+/// The account of the records with hostile headers (none of the model's).
+const HOSTILE_ACCOUNT: i64 = 999_999;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_bytes_become_records_or_dead_letters_never_a_stopped_consumer() {
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, pool) = fresh_db("nats_bytes").await;
+    let (records, mut expected) = input(600, 11);
+
+    // Among the records, one message in fifteen of three kinds:
+    // - a valid id and entry (to an account of its own) with headers no client library sends: a
+    //   name and a value that are not UTF-8, a name with a space, a line without a colon, NUL
+    //   bytes; each is applied or dead-lettered, whatever the source makes of its headers;
+    // - an id that is not UTF-8: dead-lettered (invalid_id), its bytes kept;
+    // - no id, with other headers or none at all: dead-lettered (missing_id).
+    let entry = |account: i64| format!(r#"{{"account_id":{account},"amount":1}}"#).into_bytes();
+    let subject = format!("{PREFIX}.{HOSTILE_ACCOUNT}");
+    let hostile_message = |headers: Option<Vec<u8>>| Publish {
+        subject: subject.clone(),
+        headers,
+        payload: entry(HOSTILE_ACCOUNT),
+    };
+    // (the valid id of a message with hostile headers, the message)
+    let mut hostile: Vec<(Option<uuid::Uuid>, Publish)> = Vec::new();
+    for i in 0..20 {
+        let id = uuid::Uuid::new_v4();
+        let line = id_line(id.to_string().as_bytes());
+        let lines: Vec<&[u8]> = match i % 5 {
+            0 => vec![&line, b"\xff\xfe: \xc3\x28"],
+            1 => vec![b"with space: v", &line],
+            2 => vec![&line, b"no colon at all"],
+            3 => vec![b"\xc3\x28", &line, b"X-Bin: \x00\x01\xff"],
+            _ => vec![b"X-\x80\x81: \xff", &line, b": no name"],
+        };
+        hostile.push((Some(id), hostile_message(Some(header_block(&lines)))));
+    }
+    let invalid: Vec<Vec<u8>> = (0..10u8).map(|i| vec![0xff, 0xfe, i]).collect();
+    let invalid_at = hostile.len();
+    for id in &invalid {
+        hostile.push((None, hostile_message(Some(header_block(&[&id_line(id)])))));
+    }
+    let missing_at = hostile.len();
+    for i in 0..10 {
+        let headers = (i % 2 == 0).then(|| header_block(&[b"X-Other: 1"]));
+        hostile.push((None, hostile_message(headers)));
+    }
+    // Interleaved: records, then one hostile message, and again.
+    let mut messages = Vec::new();
+    let mut hostile_index = Vec::new(); // position in `messages` of hostile message i
+    let mut rest = hostile.iter();
+    for (i, r) in records.iter().enumerate() {
+        messages.push(ledger_message(PREFIX, r));
+        if i % 15 == 7 {
+            if let Some((_, m)) = rest.next() {
+                hostile_index.push(messages.len());
+                messages.push(m.clone());
+            }
+        }
+    }
+    for (_, m) in rest {
+        hostile_index.push(messages.len());
+        messages.push(m.clone());
+    }
+    let total = messages.len() as u64;
+    assert_eq!(total, 640);
+    let seqs = nats.publish_stored(&messages).await;
+    let seq_of = |i: usize| seqs[hostile_index[i]] as i64;
+
+    let out = run_to_eof(&server, &db, &[]).await;
+    assert!(out.stdout.contains("records 640 "), "{}", out.stdout);
+    assert_position(&pool, GROUP, total + 1).await;
+
+    let client = pool.get().await.unwrap();
+    // Each message with hostile headers: in the inbox or a dead letter, exactly one of them.
+    let mut applied = 0i64;
+    for (i, (id, m)) in hostile.iter().enumerate().take(invalid_at) {
+        let inbox: i64 = client
+            .query_one("SELECT count(*) FROM inbox WHERE message_id = $1", &[id])
+            .await
+            .unwrap()
+            .get(0);
+        let letters = client
+            .query(
+                "SELECT reason FROM dead_letters WHERE topic = $1 AND \"offset\" = $2",
+                &[&STREAM, &seq_of(i)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(inbox + letters.len() as i64, 1, "message {i}: {m:?}");
+        applied += inbox;
+        for row in letters {
+            *expected.dead_letters.entry(row.get(0)).or_default() += 1;
+        }
+    }
+    if applied > 0 {
+        expected.balances.insert(HOSTILE_ACCOUNT, applied);
+    }
+    expected.new += applied as u64;
+    // The ids that are not UTF-8 and the missing ones: dead letters of those reasons, at their
+    // sequences, the bytes of each id kept.
+    for (range, reason) in [
+        (invalid_at..missing_at, "invalid_id"),
+        (missing_at..hostile.len(), "missing_id"),
+    ] {
+        let at: Vec<i64> = range.clone().map(seq_of).collect();
+        let rows = client
+            .query(
+                "SELECT reason, coalesce(message_id_raw, key) FROM dead_letters \
+                 WHERE topic = $1 AND \"offset\" = ANY($2) ORDER BY \"offset\"",
+                &[&STREAM, &at],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), at.len(), "{reason}");
+        for (row, i) in rows.iter().zip(range) {
+            assert_eq!(row.get::<_, String>(0), reason, "message {i}");
+            if reason == "invalid_id" {
+                let raw: Option<Vec<u8>> = row.get(1);
+                assert_eq!(raw.as_deref(), Some(&invalid[i - invalid_at][..]));
+            }
+        }
+        *expected.dead_letters.entry(reason.to_owned()).or_default() += at.len() as u64;
+    }
+    assert_exact(&pool, &expected).await;
+}
+
+/// Copies database `from` as `to` (`CREATE DATABASE … TEMPLATE`, once nothing is connected to
+/// `from`): a backup of it, restored under another name. Returns the copy's URL.
+async fn copy_database(from: &str, to: &str) -> String {
+    let admin = batch_inbox::db::connect(&db_url("postgres"), 1)
+        .await
+        .unwrap();
+    let c = admin.get().await.unwrap();
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {to} WITH (FORCE)"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        c.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+            &[&from],
+        )
+        .await
+        .unwrap();
+        match c
+            .batch_execute(&format!("CREATE DATABASE {to} TEMPLATE {from}"))
+            .await
+        {
+            Ok(()) => return db_url(to),
+            Err(e) => assert!(Instant::now() < deadline, "copy of {from}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restored_from_a_copy_gets_every_record_again() {
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db_a, pool) = fresh_db("nats_restore_a").await;
+    let (records, expected) = input(10_000, 23);
+    let (first, second) = records.split_at(5_000);
+    nats.publish_records(PREFIX, first).await;
+    let out = run_to_eof(&server, &db_a, &["--batch-size", "200"]).await;
+    assert!(out.stdout.contains("records 5000 "), "{}", out.stdout);
+    drop(pool);
+
+    // B: A as it is now, a backup; then A reads on and the consumer acknowledges the rest.
+    let db_b = copy_database(&db_name("nats_restore_a"), &db_name("nats_restore_b")).await;
+    nats.publish_records(PREFIX, second).await;
+    let out = run_to_eof(&server, &db_a, &["--batch-size", "200"]).await;
+    assert!(out.stdout.contains("records 5000 "), "{}", out.stdout);
+    let pool_a = batch_inbox::db::connect(&db_a, 2).await.unwrap();
+    assert_exact(&pool_a, &expected).await;
+    assert_position(&pool_a, GROUP, 10_001).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!(info.ack_floor, 10_000);
+
+    // B restored behind what the consumer acknowledged: it is read again from its own position,
+    // every record after it, and ends as A did.
+    let out = run_to_eof(&server, &db_b, &["--batch-size", "200"]).await;
+    assert!(out.stdout.contains("records 5000 "), "{}", out.stdout);
+    let pool_b = batch_inbox::db::connect(&db_b, 2).await.unwrap();
+    assert_exact(&pool_b, &expected).await;
+    assert_position(&pool_b, GROUP, 10_001).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!((info.num_pending, info.ack_floor), (0, 10_000));
+}
+
+/// `text` lowercase without `_`, `-` and spaces: `AckPolicy`, `ack_policy` and `ack policy`
+/// read alike.
+fn squeezed(text: &str) -> String {
+    text.to_lowercase()
+        .chars()
+        .filter(|c| !matches!(c, '_' | '-' | ' '))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_settings_that_break_the_guarantee_are_refused_and_the_password_never_shown() {
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, _pool) = fresh_db("nats_refused").await;
+
+    // Consumers that exist with a setting that loses or parks records: refused at start, the
+    // setting named, the consumer left as it was.
+    let refused = [
+        (
+            "no_acks",
+            json!({"ack_policy": "none", "deliver_policy": "all"}),
+            &["ackpolicy"][..],
+        ),
+        (
+            "pushed",
+            json!({"ack_policy": "all", "deliver_policy": "all", "deliver_subject": "push.here"}),
+            &["deliversubject", "push"][..],
+        ),
+        (
+            "limited",
+            json!({"ack_policy": "all", "deliver_policy": "all", "max_deliver": 5}),
+            &["maxdeliver"][..],
+        ),
+    ];
+    for (consumer, config, names) in refused {
+        let created = nats.create_consumer(STREAM, consumer, config).await;
+        assert!(created.get("error").is_none(), "{created}");
+        let before = nats.consumer_info(STREAM, consumer).await.unwrap().config;
+        let out = finish(
+            &server,
+            spawn(&server, &db, &["--consumer", consumer, "--exit-on-eof"]),
+            Duration::from_secs(60),
+        )
+        .await;
+        // A start-up failure (docs/OPERATIONS.md, "Exit codes and start-up").
+        assert_eq!(out.code, Some(1), "{consumer}: {}", out.stderr);
+        let said = squeezed(&out.stderr);
+        assert!(
+            names.iter().any(|n| said.contains(n)),
+            "{consumer}: {}",
+            out.stderr
+        );
+        let after = nats.consumer_info(STREAM, consumer).await.unwrap().config;
+        assert_eq!(before, after, "{consumer} changed");
+    }
+
+    // A stream that drops records by age or by interest: a warning at start, then read.
+    for (stream, config, name) in [
+        ("aged", json!({"max_age": 3_600_000_000_000u64}), "maxage"),
+        ("interest", json!({"retention": "interest"}), "interest"),
+    ] {
+        let subjects = format!("{stream}.>");
+        nats.create_stream(stream, &[&subjects], config).await;
+        let url = server.url();
+        let out = finish(
+            &server,
+            Running::spawn(
+                &["run", "--source", &url, "--stream", stream, "--exit-on-eof"],
+                &[("DATABASE_URL", &db)],
+            ),
+            Duration::from_secs(60),
+        )
+        .await;
+        out.assert_exit(0);
+        assert!(squeezed(&out.stderr).contains(name), "{}", out.stderr);
+    }
+
+    // A refused login ends the start at once, without either password.
+    let wrong = "Wr0ngNatsPassw0rd";
+    let started = Instant::now();
+    let out = finish(
+        &server,
+        Running::spawn(
+            &[
+                "run",
+                "--source",
+                &server.url_with_password(wrong),
+                "--stream",
+                STREAM,
+                "--exit-on-eof",
+            ],
+            &[("DATABASE_URL", &db)],
+        ),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    assert!(!out.stderr.contains(wrong) && !out.stdout.contains(wrong));
+    assert!(nats.consumer_info(STREAM, GROUP).await.is_none());
+
+    // --stream is required (the URL never shown).
+    let url = server.url();
+    let out = finish(
+        &server,
+        Running::spawn(&["run", "--source", &url], &[("DATABASE_URL", &db)]),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--stream"), "{}", out.stderr);
+
+    // --print-config shows the source with its password masked.
+    let out = finish(
+        &server,
+        spawn(&server, &db, &["--print-config", "--consumer", "c1"]),
+        Duration::from_secs(30),
+    )
+    .await;
+    out.assert_exit(0);
+    assert!(out.stdout.contains("nats://app:"), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_and_metrics_while_a_filtered_consumer_reads() {
+    let server = NatsServer::start().await;
+    let mut nats = server.client().await;
+    nats.create_stream(STREAM, &["ledger.>", "noise.>"], json!({}))
+        .await;
+    let (db, pool) = fresh_db("nats_readyz").await;
+    let (records, expected) = input(2_000, 29);
+    let mut p = spawn(
+        &server,
+        &db,
+        &[
+            "--filter-subject",
+            "ledger.>",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+    );
+    let metrics = p.metrics_addr().await;
+    // Ready with the consumer waiting, before any message.
+    readyz_becomes(metrics, 200).await;
+    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    assert_eq!(
+        info.config["filter_subject"], "ledger.>",
+        "{:?}",
+        info.config
+    );
+
+    // Messages outside the filter first (were they read, each would be a dead letter: no id),
+    // then the records.
+    let noise: Vec<Publish> = (0..50)
+        .map(|i| Publish {
+            subject: format!("noise.{i}"),
+            headers: None,
+            payload: b"not for this consumer".to_vec(),
+        })
+        .collect();
+    nats.publish_stored(&noise).await;
+    let seqs = nats.publish_records(PREFIX, &records).await;
+    let last = *seqs.iter().max().unwrap();
+    assert_eq!(last, 2_050);
+    wait_for_all(&pool, &expected).await;
+    wait_for_position(&pool, GROUP, last + 1).await;
+    readyz_becomes(metrics, 200).await;
+    assert_eq!(redeliveries(metrics).await, 0.0);
+
+    let out = p.stop().await;
+    server.assert_no_secret(&out);
+    out.assert_exit(0);
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, last + 1).await;
+}
