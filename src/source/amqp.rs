@@ -711,23 +711,8 @@ impl Reader {
     /// The database's position of the queue (created at 0 on its first run), read again while
     /// the database fails; `None`: stopping.
     async fn start_position(&self) -> Option<i64> {
-        let mut failures = 0u32;
-        loop {
-            match positions::claim(&self.pool, &self.settings.reader, &self.queue, 0).await {
-                Ok(stored) => return Some(stored),
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(
-                        queue = %self.queue,
-                        "cannot read the queue's position in the database, will retry: {e}"
-                    );
-                    tokio::select! {
-                        _ = self.stop.cancelled() => return None,
-                        _ = tokio::time::sleep(backoff(failures)) => {}
-                    }
-                }
-            }
-        }
+        positions::claim_until_stopped(&self.pool, &self.settings.reader, &self.queue, &self.stop)
+            .await
     }
 
     fn lock_eof(&self) -> std::sync::MutexGuard<'_, Option<Arc<AtomicBool>>> {

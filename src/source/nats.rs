@@ -743,23 +743,13 @@ impl Reader {
     /// The database's position of the stream (created at 0 on the first run), read again
     /// while the database fails; `None`: stopping.
     async fn start_position(&self) -> Option<i64> {
-        let mut failures = 0u32;
-        loop {
-            match positions::claim(&self.pool, &self.settings.consumer, &self.stream, 0).await {
-                Ok(stored) => return Some(stored),
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(
-                        stream = %self.stream,
-                        "cannot read the stream's position in the database, will retry: {e}"
-                    );
-                    tokio::select! {
-                        _ = self.stop.cancelled() => return None,
-                        _ = tokio::time::sleep(backoff(failures)) => {}
-                    }
-                }
-            }
-        }
+        positions::claim_until_stopped(
+            &self.pool,
+            &self.settings.consumer,
+            &self.stream,
+            &self.stop,
+        )
+        .await
     }
 
     /// A database whose position is below what the consumer acknowledged went back in time:

@@ -124,6 +124,35 @@ pub(crate) async fn claim(
         .ok_or(InboxError::PositionMoved { expected: None })
 }
 
+/// [`claim`], retried with the sources' backoff while the database fails (each failure a WARN
+/// line naming `topic`); `None` once `stop` is cancelled.
+pub(crate) async fn claim_until_stopped(
+    pool: &Pool,
+    group: &str,
+    topic: &str,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Option<i64> {
+    let mut failures = 0u32;
+    loop {
+        match claim(pool, group, topic, 0).await {
+            Ok(stored) => return Some(stored),
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(
+                    topic,
+                    "cannot read the position in the database, will retry: {e}"
+                );
+                let delay = std::time::Duration::from_millis(100u64 << failures.min(6))
+                    .min(std::time::Duration::from_secs(5));
+                tokio::select! {
+                    _ = stop.cancelled() => return None,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
 /// The stored next offset of every partition of `topic` for `group`.
 pub(crate) async fn read_topic(
     pool: &Pool,
