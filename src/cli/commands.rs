@@ -220,6 +220,12 @@ impl RunArgs {
                     .to_owned(),
             );
         }
+        if !self.queues.is_empty() && matches!(self.source, Some(SourceUrl::Nats(_))) {
+            return Err(
+                "--queue reads a RabbitMQ queue; a NATS JetStream stream is read with --stream"
+                    .to_owned(),
+            );
+        }
         match &self.source {
             Some(SourceUrl::Nats(_)) if self.streams.is_empty() => {
                 Err("--source nats://… reads JetStream streams: give --stream".to_owned())
