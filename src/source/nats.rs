@@ -71,19 +71,24 @@ impl NatsUrl {
         lower.starts_with("nats://") || lower.starts_with("tls://")
     }
 
-    /// The URL with its password or token hidden, for showing.
+    /// The URL with its password or token hidden, for showing. A list of servers (`,`) has
+    /// each one's hidden.
     pub fn redacted(&self) -> String {
-        match self.userinfo() {
-            Some((user, Some(_))) => self.0.replacen(
-                &self.0[self.scheme_end()..self.at().unwrap_or(0)],
-                &format!("{user}:{MASK}"),
-                1,
-            ),
-            Some((_, None)) => {
-                self.0
-                    .replacen(&self.0[self.scheme_end()..self.at().unwrap_or(0)], MASK, 1)
+        if self.0.contains(',') {
+            return self
+                .0
+                .split(',')
+                .map(|part| NatsUrl::new(part).redacted())
+                .collect::<Vec<_>>()
+                .join(",");
+        }
+        let start = self.scheme_end();
+        match (self.at(), self.userinfo()) {
+            (Some(at), Some((user, Some(_)))) => {
+                format!("{}{user}:{MASK}{}", &self.0[..start], &self.0[at..])
             }
-            None => self.0.clone(),
+            (Some(at), Some((_, None))) => format!("{}{MASK}{}", &self.0[..start], &self.0[at..]),
+            _ => self.0.clone(),
         }
     }
 
@@ -100,10 +105,11 @@ impl NatsUrl {
         self.0.find("://").map_or(0, |i| i + 3)
     }
 
+    /// Where the userinfo ends (its `@`): the last `@` of the URL, so that a password holding
+    /// `/`, `?`, `#` or `@` unencoded is still all of it (a host has none of them).
     fn at(&self) -> Option<usize> {
-        let rest = &self.0[self.scheme_end()..];
-        let host_end = rest.find('/').unwrap_or(rest.len());
-        rest[..host_end].rfind('@').map(|i| i + self.scheme_end())
+        let start = self.scheme_end();
+        self.0[start..].rfind('@').map(|i| i + start)
     }
 
     /// (user or token, password), percent-decoded.
@@ -129,6 +135,7 @@ impl NatsUrl {
     /// `host:port` (4222 when the URL gives none).
     fn address(&self) -> String {
         let start = self.at().map_or(self.scheme_end(), |i| i + 1);
+
         let rest = &self.0[start..];
         let host = rest.split(['/', '?']).next().unwrap_or("");
         let has_port = match host.rfind(']') {
@@ -195,6 +202,13 @@ impl NatsSettings {
     pub fn check(&self, offsets_in_db: bool) -> Result<(), NatsError> {
         if self.streams.is_empty() {
             return Err(NatsError::Settings("name at least one --stream".to_owned()));
+        }
+        if self.url.0.contains(',') {
+            return Err(NatsError::Settings(
+                "the URL names several servers (a comma list): give one; the source reconnects \
+                 to it"
+                    .to_owned(),
+            ));
         }
         for stream in &self.streams {
             check_name("stream", stream)?;
@@ -370,6 +384,41 @@ impl NatsSettings {
                 c.max_ack_pending
             ));
         }
+        if c.max_ack_pending <= 0 {
+            return refuse(format!(
+                "max_ack_pending {} is unlimited: set it to two batches ({})",
+                c.max_ack_pending,
+                batch.saturating_mul(2)
+            ));
+        }
+        // A pull the consumer refuses (409) would be asked again and again.
+        let limit = |key: &str| {
+            c.other
+                .get(key)
+                .and_then(serde_json::Value::as_i64)
+                .unwrap_or(0)
+        };
+        if limit("max_batch") > 0 && limit("max_batch") < batch {
+            return refuse(format!(
+                "max_batch {} is below a batch ({batch}): its pulls would be refused",
+                limit("max_batch")
+            ));
+        }
+        let expires = i64::try_from(PULL_EXPIRES.as_nanos()).unwrap_or(i64::MAX);
+        if limit("max_expires") > 0 && limit("max_expires") < expires {
+            return refuse(format!(
+                "max_expires {} ms is below the source's pull expiry ({} ms): its pulls would be \
+                 refused",
+                limit("max_expires") / 1_000_000,
+                PULL_EXPIRES.as_millis()
+            ));
+        }
+        if limit("max_bytes") > 0 {
+            return refuse(format!(
+                "max_bytes {}: a pull of a batch could exceed it and be refused; unset it",
+                limit("max_bytes")
+            ));
+        }
         if let (Some(want), Some(have)) = (&self.filter_subject, &c.filter_subject) {
             if want != have {
                 return refuse(format!(
@@ -453,8 +502,22 @@ const PULL_GRACE: Duration = Duration::from_secs(10);
 /// How often `--exit-on-eof` looks whether the consumer is drained.
 const DRAIN_POLL: Duration = Duration::from_millis(250);
 
-/// How often the lock's session is checked.
+/// How often a standby asks for the lock.
 const LOCK_POLL: Duration = Duration::from_secs(1);
+
+/// How often the holder checks its lock's session, and how long a check may take: a holder
+/// whose session is gone (or does not answer) drops its run and closes its NATS connection
+/// within [`LEASE`] of the session's end.
+const LOCK_CHECK: Duration = Duration::from_millis(LOCK_CHECK_MS);
+const LOCK_CHECK_TIMEOUT: Duration = Duration::from_millis(LOCK_CHECK_TIMEOUT_MS);
+const LOCK_CHECK_MS: u64 = 500;
+const LOCK_CHECK_TIMEOUT_MS: u64 = 1000;
+const LEASE: Duration = Duration::from_millis(LOCK_CHECK_MS + LOCK_CHECK_TIMEOUT_MS);
+
+/// How long a new holder waits after taking the lock before it touches the consumer: longer
+/// than [`LEASE`], so that a holder whose session the database ended (while its own connection
+/// to the database hung, unaware) has stopped pulling and keeping deliveries in progress.
+const TAKEOVER_WAIT: Duration = Duration::from_millis(LOCK_CHECK_MS + LOCK_CHECK_TIMEOUT_MS + 1000);
 
 /// A JetStream stream as a [`Source`]. Its settings were checked ([`NatsSettings::check`]).
 pub(crate) struct NatsSource {
@@ -543,10 +606,18 @@ enum Ended {
 impl Reader {
     async fn run(self) -> Result<(), RunError> {
         let mut failures = 0u32;
+        // Once a run has read the stream, a JetStream API error (a leader election, JetStream
+        // unavailable for a while, a permission being changed) is waited out, not a stop.
+        let mut read = false;
         'lock: while !self.stop.is_cancelled() {
             let Some(lock) = self.lock().await else {
                 break;
             };
+            // An earlier holder whose session ended without its knowing stops within the lease.
+            tokio::select! {
+                _ = self.stop.cancelled() => break,
+                _ = tokio::time::sleep(TAKEOVER_WAIT) => {}
+            }
             while !self.stop.is_cancelled() {
                 let began = std::time::Instant::now();
                 let ended = tokio::select! {
@@ -554,7 +625,19 @@ impl Reader {
                     _ = lock.lost() => Ok(Ended::LockLost),
                 };
                 let ended = match ended {
-                    Ok(e) => e,
+                    Ok(e) => {
+                        read = true;
+                        e
+                    }
+                    Err(RunErrorOr::Nats(NatsError::Refused(e))) if read => {
+                        failures += 1;
+                        tracing::warn!(stream = %self.stream, "JetStream refused, will retry: {e}");
+                        tokio::select! {
+                            _ = self.stop.cancelled() => break 'lock,
+                            _ = tokio::time::sleep(backoff(failures)) => {}
+                        }
+                        continue;
+                    }
                     Err(e) if e.is_refusal() => return Err(e.into()),
                     Err(RunErrorOr::Run(e)) => return Err(e),
                     Err(e) => {
@@ -612,10 +695,13 @@ impl Reader {
                         deadpool_postgres::Object::take(object)
                     }
                 };
-                let row = client
-                    .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let row = tokio::time::timeout(
+                    LOCK_CHECK_TIMEOUT * 5,
+                    client.query_one("SELECT pg_try_advisory_lock($1)", &[&key]),
+                )
+                .await
+                .map_err(|_| "no answer within 5 s".to_owned())?
+                .map_err(|e| e.to_string())?;
                 Ok::<_, String>((client, row.get::<_, bool>(0)))
             };
             match attempt.await {
@@ -719,7 +805,10 @@ impl Reader {
                     run_stop.cancel();
                 }
                 _ = drained_check.tick(), if self.exit_on_eof && !stopping => {
-                    if at_eof.load(Ordering::Acquire) && consumer_drained(&conn, &self.stream, &s.consumer).await {
+                    let drained = consumer_drained(&conn, &self.stream, &s.consumer);
+                    if at_eof.load(Ordering::Acquire)
+                        && tokio::time::timeout(DRAIN_POLL * 4, drained).await.unwrap_or(false)
+                    {
                         self.stop.cancel();
                     }
                 }
@@ -727,6 +816,13 @@ impl Reader {
         };
         acks.ended.cancel();
         let _ = feeding.await;
+        // A delivery came back below what this run handed that the run did not hold: the
+        // database's position must not stay past it.
+        if let Some(seq) = acks.rewind_to() {
+            if !self.lower_position(seq).await {
+                return Ok(Ended::Stop);
+            }
+        }
         // What the run still holds was not committed: delivered again at once.
         acks.nak_held();
         progress.abort();
@@ -750,6 +846,43 @@ impl Reader {
             &self.stop,
         )
         .await
+    }
+
+    /// Moves the database's position of the stream back to `seq` when it is past it (retried
+    /// while the database fails); false: stopping. The next run creates the consumer again
+    /// there, and the inbox skips what the database holds.
+    async fn lower_position(&self, seq: i64) -> bool {
+        let mut failures = 0u32;
+        loop {
+            let lowered = async {
+                let client = self.pool.get().await.map_err(|e| e.to_string())?;
+                client
+                    .execute(
+                        "UPDATE consumer_offsets SET next_offset = $4, updated_at = now() \
+                         WHERE group_id = $1 AND topic = $2 AND partition = $3 \
+                         AND next_offset > $4",
+                        &[&self.settings.consumer, &&*self.stream, &0i32, &seq],
+                    )
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            match lowered.await {
+                Ok(n) => {
+                    if n > 0 {
+                        self.stats.record_rewind(1);
+                    }
+                    return true;
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(stream = %self.stream, "cannot move the position back to {seq}, will retry: {e}");
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return false,
+                        _ = tokio::time::sleep(backoff(failures)) => {}
+                    }
+                }
+            }
+        }
     }
 
     /// A database whose position is below what the consumer acknowledged went back in time:
@@ -905,12 +1038,15 @@ impl StreamLock {
             let lost = lost.clone();
             tokio::spawn(async move {
                 loop {
-                    tokio::time::sleep(LOCK_POLL).await;
+                    tokio::time::sleep(LOCK_CHECK).await;
                     let alive =
-                        tokio::time::timeout(LOCK_POLL * 5, client.simple_query("SELECT 1"))
+                        tokio::time::timeout(LOCK_CHECK_TIMEOUT, client.simple_query("SELECT 1"))
                             .await
                             .is_ok_and(|r| r.is_ok());
                     if !alive {
+                        // Within LEASE of the session's end: the run is dropped and its NATS
+                        // connection closed before a new holder's TAKEOVER_WAIT is over.
+                        debug_assert!(LEASE < TAKEOVER_WAIT);
                         lost.cancel();
                         return;
                     }
@@ -966,9 +1102,25 @@ impl Feed {
         let mut next = self.start;
         let mut outstanding = 0usize;
         let mut received = 0usize;
+        let mut refused = 0u32;
         let mut deadline = tokio::time::Instant::now();
         loop {
             if outstanding == 0 {
+                // A refused pull (409) is asked again after a backoff, never in a tight loop.
+                if refused > 0 {
+                    tokio::select! {
+                        _ = self.acks.ended.cancelled() => return,
+                        _ = tokio::time::sleep(backoff(refused)) => {}
+                    }
+                }
+                // At most two batches held: a stalled pipeline stops the pulls (the consumer's
+                // max_ack_pending may be larger than the source's).
+                while self.acks.held() >= self.batch.saturating_mul(2) {
+                    tokio::select! {
+                        _ = self.acks.ended.cancelled() => return,
+                        _ = self.acks.released() => {}
+                    }
+                }
                 if !self.conn.publish(
                     next_subject.as_bytes(),
                     Some(inbox.as_bytes()),
@@ -1008,9 +1160,18 @@ impl Feed {
                     }
                     Some((409, description)) => {
                         outstanding = 0;
-                        tracing::info!(stream = %self.stream, "pull ended: {description}");
                         if description.to_ascii_lowercase().contains("deleted") {
+                            tracing::info!(stream = %self.stream, "pull ended: {description}");
                             return;
+                        }
+                        refused += 1;
+                        match refused {
+                            1 => {
+                                tracing::warn!(stream = %self.stream, "pull refused: {description}; asking again after a backoff")
+                            }
+                            _ => {
+                                tracing::debug!(stream = %self.stream, "pull refused: {description}")
+                            }
                         }
                     }
                     other => {
@@ -1021,14 +1182,28 @@ impl Feed {
             };
             outstanding = outstanding.saturating_sub(1);
             received += 1;
+            refused = 0;
             if info.delivered > 1 {
                 self.stats.telemetry.record_redelivery();
             }
             let seq = i64::try_from(info.stream_seq).unwrap_or(i64::MAX);
             let reply = msg.reply.clone().unwrap_or_default();
             if seq < next {
-                // Below the database's position (committed), or handed to the run already:
-                // acknowledged again, or left to the batch that holds it.
+                if seq >= self.start && !self.acks.holds(seq) {
+                    // Handed and committed by this run with its ack late, or never handed: a
+                    // delivery of an earlier holder that came back after this run passed it.
+                    // Not knowing which, the position goes back to it (the inbox skips what
+                    // the database holds).
+                    tracing::warn!(
+                        stream = %self.stream, sequence = seq, reached = next,
+                        "a delivery came back below what this run reached, not held by it: \
+                         reading again from it"
+                    );
+                    self.acks.rewind_to_seq(seq);
+                    return;
+                }
+                // Below the database's position at the run's start (committed), or held by a
+                // batch of this run: acknowledged again, or left to that batch.
                 self.acks.delivered_again(seq, reply);
                 continue;
             }

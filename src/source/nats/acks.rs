@@ -42,6 +42,10 @@ pub(super) struct RunAcks {
     all: bool,
     /// Set by a rewind or the run's end: nothing more is forwarded to the run.
     pub(super) ended: CancellationToken,
+    /// Told when deliveries are acknowledged (the feed waits on it while two batches are held).
+    released: tokio::sync::Notify,
+    /// A sequence the database's position must go back to before the next run.
+    rewind_to: Mutex<Option<i64>>,
     stats: Arc<Stats>,
 }
 
@@ -58,6 +62,8 @@ impl RunAcks {
             held: Mutex::new(BTreeMap::new()),
             all,
             ended: CancellationToken::new(),
+            released: tokio::sync::Notify::new(),
+            rewind_to: Mutex::new(None),
             stats,
         });
         let every = (ack_wait / 3).max(Duration::from_millis(200));
@@ -75,6 +81,39 @@ impl RunAcks {
     /// commits.
     pub(super) fn hold(&self, seq: i64, reply: Bytes) {
         self.lock().insert(seq, reply);
+    }
+
+    /// Deliveries held.
+    pub(super) fn held(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether the run holds the delivery at `seq`.
+    pub(super) fn holds(&self, seq: i64) -> bool {
+        self.lock().contains_key(&seq)
+    }
+
+    /// Resolves when deliveries were acknowledged, or after 100 ms.
+    pub(super) async fn released(&self) {
+        let _ = tokio::time::timeout(Duration::from_millis(100), self.released.notified()).await;
+    }
+
+    /// Ends the run; the database's position goes back to `seq` before the next one.
+    pub(super) fn rewind_to_seq(&self, seq: i64) {
+        let mut target = self
+            .rewind_to
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *target = Some(target.map_or(seq, |t| t.min(seq)));
+        self.ended.cancel();
+    }
+
+    /// The sequence the database's position must go back to, when a delivery asked for it.
+    pub(super) fn rewind_to(&self) -> Option<i64> {
+        *self
+            .rewind_to
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A delivery at `seq`, below what the run reached, came again (its ack was late or lost):
@@ -130,6 +169,7 @@ impl OffsetSink for RunAcks {
             },
             false => done.values().all(|reply| self.send(reply, b"+ACK")),
         };
+        self.released.notify_waiters();
         if !sent {
             self.stats.offsets_refused.fetch_add(1, Ordering::Relaxed);
             return Err(

@@ -24,6 +24,23 @@ fn the_url_s_password_or_token_is_never_shown() {
     assert!(NatsUrl::is_nats("NATS://h") && NatsUrl::is_nats("tls://h"));
     assert!(!NatsUrl::is_nats("amqp://h"));
     assert!(NatsUrl::new("tls://h").tls());
+    // A password holding '/', '?', '@' unencoded, a token that is also the scheme's name, a
+    // list of servers: nothing of them shown.
+    let slash = NatsUrl::new("nats://app:pa/ss?x@y@127.0.0.1:4333");
+    assert_eq!(slash.redacted(), "nats://app:***@127.0.0.1:4333");
+    assert_eq!(slash.address(), "127.0.0.1:4333");
+    assert_eq!(
+        slash.credentials(),
+        Some(("app".to_owned(), Some("pa/ss?x@y".to_owned())))
+    );
+    assert_eq!(
+        NatsUrl::new("nats://nats@host").redacted(),
+        "nats://***@host"
+    );
+    assert_eq!(
+        NatsUrl::new("nats://app:s3cret@h1:4222,nats://app:s3cret@h2:4222").redacted(),
+        "nats://app:***@h1:4222,nats://app:***@h2:4222"
+    );
 }
 
 #[test]
@@ -57,9 +74,19 @@ fn a_consumer_that_breaks_the_guarantee_is_refused() {
     assert!(refused(&|c| c.max_deliver = 5).contains("max_deliver"));
     assert!(refused(&|c| c.max_ack_pending = 10).contains("max_ack_pending"));
     assert!(refused(&|c| c.ack_wait = 100_000_000).contains("ack_wait"));
+    assert!(refused(&|c| c.max_ack_pending = -1).contains("unlimited"));
+    let pull_limit = |key: &str, value: i64| {
+        refused(&|c| {
+            c.other.insert(key.to_owned(), value.into());
+        })
+    };
+    assert!(pull_limit("max_batch", 10).contains("max_batch"));
+    assert!(pull_limit("max_expires", 1_000_000_000).contains("max_expires"));
+    assert!(pull_limit("max_bytes", 1 << 20).contains("max_bytes"));
     let mut explicit = good.clone();
     explicit.ack_policy = "explicit".to_owned();
-    explicit.max_ack_pending = -1;
+    explicit.max_ack_pending = 5000;
+    explicit.other.insert("max_batch".to_owned(), 1000.into());
     assert!(s.check_consumer(&explicit).is_ok());
 }
 
