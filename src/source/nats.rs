@@ -621,7 +621,7 @@ impl Reader {
             while !self.stop.is_cancelled() {
                 let began = std::time::Instant::now();
                 let ended = tokio::select! {
-                    ended = self.one_run() => ended,
+                    ended = self.one_run(lock.lease.clone()) => ended,
                     _ = lock.lost() => Ok(Ended::LockLost),
                 };
                 let ended = match ended {
@@ -730,7 +730,7 @@ impl Reader {
     }
 
     /// One connection's run of the consumer.
-    async fn one_run(&self) -> Result<Ended, RunErrorOr> {
+    async fn one_run(&self, lease: Arc<Lease>) -> Result<Ended, RunErrorOr> {
         let s = &self.settings;
         let conn = tokio::select! {
             _ = self.stop.cancelled() => return Ok(Ended::Stop),
@@ -769,6 +769,7 @@ impl Reader {
             conn.clone(),
             info.config.ack_policy == "all",
             ack_wait,
+            lease,
             self.stats.clone(),
         );
         let sink: Arc<dyn OffsetSink> = acks.clone();
@@ -1028,14 +1029,47 @@ fn lock_key(stream: &str, consumer: &str) -> i64 {
 struct StreamLock {
     lost: CancellationToken,
     watch: tokio::task::JoinHandle<()>,
+    /// When the session last answered.
+    lease: Arc<Lease>,
+}
+
+/// When the lock's session last answered its holder's check.
+pub(crate) struct Lease {
+    since: std::time::Instant,
+    last_ok_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Lease {
+    fn new() -> Self {
+        Self {
+            since: std::time::Instant::now(),
+            last_ok_ms: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn renew(&self) {
+        let ms = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ok_ms.store(ms, Ordering::Release);
+    }
+
+    /// Whether the session answered within [`LEASE`]: a process that was paused (SIGSTOP, a
+    /// frozen host) and wakes with its session gone must not keep deliveries in progress
+    /// before its check notices, or a new holder would pull past them.
+    pub(crate) fn fresh(&self) -> bool {
+        let now = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.last_ok_ms.load(Ordering::Acquire);
+        now.saturating_sub(last) < u64::try_from(LEASE.as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
 impl StreamLock {
     /// The lock held by `client`'s session, watched.
     fn held(client: deadpool_postgres::ClientWrapper) -> Self {
         let lost = CancellationToken::new();
+        let lease = Arc::new(Lease::new());
         let watch = {
             let lost = lost.clone();
+            let lease = lease.clone();
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(LOCK_CHECK).await;
@@ -1043,6 +1077,9 @@ impl StreamLock {
                         tokio::time::timeout(LOCK_CHECK_TIMEOUT, client.simple_query("SELECT 1"))
                             .await
                             .is_ok_and(|r| r.is_ok());
+                    if alive {
+                        lease.renew();
+                    }
                     if !alive {
                         // Within LEASE of the session's end: the run is dropped and its NATS
                         // connection closed before a new holder's TAKEOVER_WAIT is over.
@@ -1053,7 +1090,7 @@ impl StreamLock {
                 }
             })
         };
-        Self { lost, watch }
+        Self { lost, watch, lease }
     }
 
     /// Resolves when the lock's session is gone.

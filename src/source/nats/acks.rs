@@ -55,6 +55,7 @@ impl RunAcks {
         conn: Conn,
         all: bool,
         ack_wait: Duration,
+        lease: Arc<super::Lease>,
         stats: Arc<Stats>,
     ) -> (Arc<Self>, tokio::task::JoinHandle<()>) {
         let acks = Arc::new(Self {
@@ -67,7 +68,7 @@ impl RunAcks {
             stats,
         });
         let every = (ack_wait / 3).max(Duration::from_millis(200));
-        let task = tokio::spawn(keep_in_progress(Arc::downgrade(&acks), every));
+        let task = tokio::spawn(keep_in_progress(Arc::downgrade(&acks), every, lease));
         (acks, task)
     }
 
@@ -140,13 +141,21 @@ impl RunAcks {
     }
 }
 
-/// Sends `+WPI` for every held delivery every `every`, until the run's acks are gone.
-async fn keep_in_progress(acks: std::sync::Weak<RunAcks>, every: Duration) {
+/// Sends `+WPI` for every held delivery every `every`, while the lock's lease is fresh, until
+/// the run's acks are gone.
+async fn keep_in_progress(
+    acks: std::sync::Weak<RunAcks>,
+    every: Duration,
+    lease: Arc<super::Lease>,
+) {
     loop {
         tokio::time::sleep(every).await;
         let Some(acks) = acks.upgrade() else { return };
         if acks.ended.is_cancelled() || acks.conn.is_closed() {
             return;
+        }
+        if !lease.fresh() {
+            continue;
         }
         let replies: Vec<Bytes> = acks.lock().values().cloned().collect();
         for reply in &replies {
