@@ -14,6 +14,9 @@
 //! account's records to one), as RabbitMQ's queues and Kafka's partitions spread them.
 //!
 //! `nats-stream-info`: a stream's message count and first and last sequence, as JSON.
+//!
+//! `nats-consume-only`: the server's own floor, the streams read and acknowledged by batches as
+//! the processor reads them, nothing applied.
 
 use std::future::IntoFuture;
 use std::time::Duration;
@@ -409,6 +412,123 @@ pub async fn run(args: NatsPublishArgs) -> anyhow::Result<()> {
     if let Some(path) = args.expect {
         let expected = out.expected(&records);
         std::fs::write(&path, serde_json::to_vec_pretty(&expected)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `nats-consume-only` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NatsConsumeOnlyArgs {
+    /// The server (`nats://user:password@host:port`); its password is never shown.
+    #[arg(long, env = "NATS_URL", hide_env_values = true)]
+    pub url: String,
+    /// The streams to read, each by a task of its own (repeat the flag).
+    #[arg(long = "stream", required = true)]
+    pub streams: Vec<String>,
+    /// The durable pull consumer on each stream; created when missing.
+    #[arg(long, default_value = "consume-only")]
+    pub consumer: String,
+    /// Messages to read in all; the run ends when they are read and acknowledged (each stream's
+    /// last pull may take up to a batch more). Default: every message the streams hold at the
+    /// start.
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// Messages pulled at once, and acknowledged with one `+ACK` to the last of them
+    /// (`AckPolicy::All`), as the processor's batches are.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: usize,
+    /// Write `{"records", "window_s", "msgs_per_sec"}` (first delivery to the last ack) here.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// The server's own floor: each stream read by a durable pull consumer configured as the
+/// processor's (ack policy all, two batches unacknowledged at most), by pulls of a batch, the
+/// last message of each acknowledged (nothing awaited: no double ack), nothing applied. Ends
+/// once `messages` are read and their acknowledgements flushed to the server.
+pub async fn consume_only(args: NatsConsumeOnlyArgs) -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, OnceLock};
+    anyhow::ensure!(args.batch_size > 0, "--batch-size must be above 0");
+    let js = connect(&args.url).await?;
+    let mut consumers = Vec::new();
+    let mut held = 0u64;
+    for name in &args.streams {
+        let mut stream = js
+            .get_stream(name)
+            .await
+            .with_context(|| format!("stream {name}"))?;
+        held += stream.info().await?.state.messages;
+        let config = jetstream::consumer::pull::Config {
+            durable_name: Some(args.consumer.clone()),
+            ack_policy: jetstream::consumer::AckPolicy::All,
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: i64::try_from(args.batch_size.saturating_mul(2)).unwrap_or(i64::MAX),
+            ..Default::default()
+        };
+        let consumer = stream
+            .get_or_create_consumer(&args.consumer, config)
+            .await
+            .with_context(|| format!("consumer {} on stream {name}", args.consumer))?;
+        consumers.push((name.clone(), consumer));
+    }
+    let total = args.messages.unwrap_or(held);
+    let read = Arc::new(AtomicU64::new(0));
+    let first = Arc::new(OnceLock::<std::time::Instant>::new());
+    let mut tasks = Vec::new();
+    for (name, consumer) in consumers {
+        let (read, first, batch) = (read.clone(), first.clone(), args.batch_size);
+        tasks.push(tokio::spawn(async move {
+            while read.load(Ordering::Acquire) < total {
+                // No wait: the server answers with what it has, up to a batch.
+                let mut messages = consumer
+                    .fetch()
+                    .max_messages(batch)
+                    .messages()
+                    .await
+                    .with_context(|| format!("pulling from {name}"))?;
+                let mut last = None;
+                let mut n = 0u64;
+                while let Some(message) = messages.next().await {
+                    let message =
+                        message.map_err(|e| anyhow::anyhow!("reading from {name}: {e}"))?;
+                    first.get_or_init(std::time::Instant::now);
+                    last = Some(message);
+                    n += 1;
+                }
+                match last {
+                    Some(m) => {
+                        m.ack()
+                            .await
+                            .map_err(|e| anyhow::anyhow!("acknowledging on {name}: {e}"))?;
+                        read.fetch_add(n, Ordering::AcqRel);
+                    }
+                    // This stream is read to its end; the others may not be.
+                    None => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    // The acknowledgements are publishes: the run ends once the server has them.
+    js.client()
+        .flush()
+        .await
+        .map_err(|e| anyhow::anyhow!("flushing the acknowledgements: {e}"))?;
+    let window = first.get().map_or(0.0, |f| f.elapsed().as_secs_f64());
+    let records = read.load(Ordering::Acquire);
+    let report = serde_json::json!({
+        "records": records,
+        "window_s": window,
+        "msgs_per_sec": records as f64 / window.max(1e-9),
+    });
+    println!("{report}");
+    if let Some(path) = args.out {
+        std::fs::write(&path, report.to_string())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
