@@ -31,6 +31,9 @@ pub enum Command {
     NatsPublish(crate::nats_publish::NatsPublishArgs),
     /// A JetStream stream's message count and first and last sequence, as one line of JSON.
     NatsStreamInfo(crate::nats_publish::NatsStreamInfoArgs),
+    /// Read JetStream streams and acknowledge by batches without any database (the server's own
+    /// floor). Never point it at streams whose records must be applied.
+    NatsConsumeOnly(crate::nats_publish::NatsConsumeOnlyArgs),
     /// Compare the database with the expected outcome written by `produce --expect`.
     Verify(VerifyArgs),
     /// Run the whole pipeline against an in-process Kafka mock cluster, in a database of its own.

@@ -25,6 +25,7 @@ async fn main() -> std::process::ExitCode {
         Command::AmqpConsumeOnly(args) => batch_inbox_tools::amqp_publish::consume_only(args).await,
         Command::NatsPublish(args) => batch_inbox_tools::nats_publish::run(args).await,
         Command::NatsStreamInfo(args) => batch_inbox_tools::nats_publish::stream_info(args).await,
+        Command::NatsConsumeOnly(args) => batch_inbox_tools::nats_publish::consume_only(args).await,
         Command::Verify(args) => verify(args).await,
         Command::Demo(args) => demo(args).await,
         Command::Drain(args) => batch_inbox_tools::drain::drain(args).await,

@@ -10,7 +10,13 @@
 //! the bad records that share the id `not-a-uuid`, never reach a consumer. The expected outcome
 //! is therefore the model of what the stream stored, not of what was generated.
 //!
+//! With `--streams N`, the accounts are spread over N streams `NAME-0` … `NAME-<N-1>` (each
+//! account's records to one), as RabbitMQ's queues and Kafka's partitions spread them.
+//!
 //! `nats-stream-info`: a stream's message count and first and last sequence, as JSON.
+//!
+//! `nats-consume-only`: the server's own floor, the streams read and acknowledged by batches as
+//! the processor reads them, nothing applied.
 
 use std::future::IntoFuture;
 use std::time::Duration;
@@ -31,7 +37,8 @@ pub const IN_FLIGHT: usize = 5_000;
 /// in flight on a loaded machine); past it the publish fails, its outcome unknown.
 const ACK_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The server and the stream of `nats-publish` and `nats-stream-info`.
+/// The server and the stream of `nats-publish` and `nats-stream-info` (with `--streams`, the
+/// streams' common name).
 #[derive(Debug, Clone, clap::Args)]
 pub struct StreamArgs {
     /// The server (`nats://user:password@host:port`); its password is never shown.
@@ -54,6 +61,11 @@ pub struct NatsPublishArgs {
     /// How many subjects the accounts spread over (an account's records all go to one).
     #[arg(long, default_value_t = std::num::NonZeroUsize::MIN)]
     pub subjects: std::num::NonZeroUsize,
+    /// Spread the accounts over this many streams, `STREAM-0` to `STREAM-<N-1>` (subjects
+    /// `PREFIX-<i>.…`), each account's records to one of them by account id, as RabbitMQ's
+    /// queues and Kafka's partitions are; 1: the stream `STREAM` itself.
+    #[arg(long, default_value_t = std::num::NonZeroUsize::MIN)]
+    pub streams: std::num::NonZeroUsize,
     /// Create the stream when it does not exist: file storage, subjects `PREFIX.>`, limits
     /// retention, discard old, no maximum age. An existing stream is used as it is.
     #[arg(long)]
@@ -106,30 +118,64 @@ fn parse_window(s: &str) -> Result<Duration, String> {
     Ok(window)
 }
 
-/// The subjects records are published to: `prefix.0` to `prefix.<count-1>`.
+/// Where each record goes: `streams` streams (`NAME` alone, or `NAME-0` to `NAME-<n-1>`), each
+/// with subjects `PREFIX.0` to `PREFIX.<subjects-1>` (its own prefix, `PREFIX-<i>`, when there are
+/// several streams). An account's records all go to one stream and one subject, by account id,
+/// so that each account keeps its order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subjects {
-    /// The subjects' common prefix.
-    pub prefix: String,
-    /// How many subjects.
-    pub count: usize,
+pub struct Routing {
+    /// The streams' names.
+    pub streams: Vec<String>,
+    /// Each stream's subject prefix.
+    pub prefixes: Vec<String>,
+    /// Subjects per stream.
+    pub subjects: usize,
 }
 
-impl Subjects {
-    /// The subject of a record: by its account, so that an account's records keep their order.
-    pub fn of(&self, record: &Record) -> String {
-        format!("{}.{}", self.prefix, self.index_of(record))
+impl Routing {
+    /// `streams` streams named after `name` (just `name` for one), subjects after `prefix`
+    /// (`name` when absent).
+    pub fn new(name: &str, prefix: Option<&str>, streams: usize, subjects: usize) -> Self {
+        let prefix = prefix.unwrap_or(name);
+        let (streams, prefixes) = match streams.max(1) {
+            1 => (vec![name.to_owned()], vec![prefix.to_owned()]),
+            n => (0..n)
+                .map(|i| (format!("{name}-{i}"), format!("{prefix}-{i}")))
+                .unzip(),
+        };
+        Routing {
+            streams,
+            prefixes,
+            subjects: subjects.max(1),
+        }
     }
 
-    /// The number of a record's subject among `count`.
-    pub fn index_of(&self, record: &Record) -> usize {
-        let account: u64 = record.key.parse().unwrap_or(0);
-        (account % self.count.max(1) as u64) as usize
+    fn account(record: &Record) -> u64 {
+        record.key.parse().unwrap_or(0)
     }
 
-    /// The stream's subject filter that takes every one of them: `prefix.>`.
-    pub fn filter(&self) -> String {
-        format!("{}.>", self.prefix)
+    /// The number of a record's stream.
+    pub fn stream_of(&self, record: &Record) -> usize {
+        (Self::account(record) % self.streams.len() as u64) as usize
+    }
+
+    /// The number of a record's subject within its stream.
+    pub fn subject_index_of(&self, record: &Record) -> usize {
+        (Self::account(record) / self.streams.len() as u64 % self.subjects as u64) as usize
+    }
+
+    /// The subject of a record.
+    pub fn subject_of(&self, record: &Record) -> String {
+        format!(
+            "{}.{}",
+            self.prefixes[self.stream_of(record)],
+            self.subject_index_of(record)
+        )
+    }
+
+    /// Stream `i`'s subject filter, which takes every one of its subjects: `PREFIX.>`.
+    pub fn filter(&self, i: usize) -> String {
+        format!("{}.>", self.prefixes[i])
     }
 }
 
@@ -161,18 +207,18 @@ pub async fn connect(url: &str) -> anyhow::Result<jetstream::Context> {
         .build(client))
 }
 
-/// The stream `name`, created when missing with file storage, `subjects.filter()`, limits
+/// The stream `name`, created when missing with file storage, the subject `filter`, limits
 /// retention, discard old, no maximum age and `duplicate_window`; an existing stream is returned
 /// as it is.
 pub async fn create_stream(
     js: &jetstream::Context,
     name: &str,
-    subjects: &Subjects,
+    filter: &str,
     duplicate_window: Duration,
 ) -> anyhow::Result<stream::Stream> {
     let config = stream::Config {
         name: name.to_owned(),
-        subjects: vec![subjects.filter()],
+        subjects: vec![filter.to_owned()],
         storage: stream::StorageType::File,
         retention: stream::RetentionPolicy::Limits,
         discard: stream::DiscardPolicy::Old,
@@ -197,8 +243,8 @@ pub struct Published {
     /// Per record, whether the stream stored it (false: dropped as a duplicate).
     #[serde(skip)]
     pub stored: Vec<bool>,
-    /// Records stored, per subject (in the order of the subjects).
-    pub per_subject: Vec<u64>,
+    /// Records stored, per stream (in the order of the streams).
+    pub per_stream: Vec<u64>,
 }
 
 impl Published {
@@ -231,15 +277,14 @@ fn headers_of(record: &Record, sent_ms: u128) -> HeaderMap {
     headers
 }
 
-/// Publishes `records` to `stream` on `subjects`, at most [`IN_FLIGHT`] awaiting their
+/// Publishes `records` to the streams of `routing`, at most [`IN_FLIGHT`] awaiting their
 /// acknowledgement, at `rate` records per second when given (each stamped with its intended
 /// send time, `start + i / rate`, even when the publisher falls behind) and as fast as the
-/// stream acknowledges otherwise. Fails on the first publish the stream refuses or does not
-/// acknowledge within 30 s, and on an acknowledgement from another stream.
+/// stream acknowledges otherwise. Fails on the first publish a stream refuses or does not
+/// acknowledge within 30 s, and on an acknowledgement from another stream than the record's.
 pub async fn publish(
     js: &jetstream::Context,
-    stream: &str,
-    subjects: &Subjects,
+    routing: &Routing,
     records: &[Record],
     rate: Option<f64>,
 ) -> anyhow::Result<Published> {
@@ -251,7 +296,7 @@ pub async fn publish(
     }
     let mut out = Published {
         stored: vec![false; records.len()],
-        per_subject: vec![0; subjects.count.max(1)],
+        per_stream: vec![0; routing.streams.len()],
         ..Published::default()
     };
     let mut pending = FuturesUnordered::new();
@@ -266,7 +311,7 @@ pub async fn publish(
             }
             None => now_ms(),
         };
-        let subject = subjects.of(record);
+        let subject = routing.subject_of(record);
         let payload = Bytes::from(record.value.clone().unwrap_or_default());
         let ack = js
             .publish_with_headers(subject, headers_of(record, sent_ms), payload)
@@ -279,19 +324,18 @@ pub async fn publish(
         } else {
             pending.next().now_or_never()
         } {
-            settle(&mut out, stream, subjects, records, i, result)?;
+            settle(&mut out, routing, records, i, result)?;
         }
     }
     while let Some((i, result)) = pending.next().await {
-        settle(&mut out, stream, subjects, records, i, result)?;
+        settle(&mut out, routing, records, i, result)?;
     }
     Ok(out)
 }
 
 fn settle(
     out: &mut Published,
-    stream: &str,
-    subjects: &Subjects,
+    routing: &Routing,
     records: &[Record],
     i: usize,
     result: Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
@@ -299,11 +343,13 @@ fn settle(
     let ack = result.with_context(|| {
         format!(
             "the stream did not acknowledge record {i} (on {})",
-            subjects.of(&records[i])
+            routing.subject_of(&records[i])
         )
     })?;
+    let s = routing.stream_of(&records[i]);
+    let stream = &routing.streams[s];
     anyhow::ensure!(
-        ack.stream == stream,
+        ack.stream == *stream,
         "record {i} was stored by stream {}, not {stream}: their subjects overlap",
         ack.stream
     );
@@ -312,7 +358,7 @@ fn settle(
         out.duplicates += 1;
     } else {
         out.stored[i] = true;
-        out.per_subject[subjects.index_of(&records[i])] += 1;
+        out.per_stream[s] += 1;
     }
     Ok(())
 }
@@ -320,35 +366,169 @@ fn settle(
 /// Runs `nats-publish`.
 pub async fn run(args: NatsPublishArgs) -> anyhow::Result<()> {
     let (records, _) = crate::generate::generate(args.generator.settings());
-    let name = &args.target.stream;
-    let subjects = Subjects {
-        prefix: args.subject_prefix.clone().unwrap_or_else(|| name.clone()),
-        count: args.subjects.get(),
-    };
+    let routing = Routing::new(
+        &args.target.stream,
+        args.subject_prefix.as_deref(),
+        args.streams.get(),
+        args.subjects.get(),
+    );
     let js = connect(&args.target.url).await?;
-    let stream = if args.create_stream {
-        create_stream(&js, name, &subjects, args.duplicate_window).await?
-    } else {
-        js.get_stream(name)
-            .await
-            .with_context(|| format!("stream {name} (--create-stream creates it)"))?
+    let mut windows = Vec::new();
+    for (i, name) in routing.streams.iter().enumerate() {
+        let stream = if args.create_stream {
+            create_stream(&js, name, &routing.filter(i), args.duplicate_window).await?
+        } else {
+            js.get_stream(name)
+                .await
+                .with_context(|| format!("stream {name} (--create-stream creates it)"))?
+        };
+        windows.push(stream.cached_info().config.duplicate_window.as_secs_f64());
+    }
+    windows.dedup();
+    let window = match windows.as_slice() {
+        [one] => format!("{one}s"),
+        several => format!("{several:?}s"),
     };
-    let window = stream.cached_info().config.duplicate_window;
     let started = std::time::Instant::now();
-    let out = publish(&js, name, &subjects, &records, args.rate).await?;
+    let out = publish(&js, &routing, &records, args.rate).await?;
     let secs = started.elapsed().as_secs_f64();
     println!(
         "published {} records in {secs:.1}s ({:.0}/s): {} stored, {} dropped by the stream as \
-         duplicates (Nats-Msg-Id within its {}s window)",
+         duplicates (Nats-Msg-Id within its {window} window)",
         out.acked,
         out.acked as f64 / secs,
         out.acked - out.duplicates,
         out.duplicates,
-        window.as_secs_f64()
     );
+    if routing.streams.len() > 1 {
+        let per: Vec<String> = routing
+            .streams
+            .iter()
+            .zip(&out.per_stream)
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        println!("stored per stream: {}", per.join(", "));
+    }
     if let Some(path) = args.expect {
         let expected = out.expected(&records);
         std::fs::write(&path, serde_json::to_vec_pretty(&expected)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `nats-consume-only` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NatsConsumeOnlyArgs {
+    /// The server (`nats://user:password@host:port`); its password is never shown.
+    #[arg(long, env = "NATS_URL", hide_env_values = true)]
+    pub url: String,
+    /// The streams to read, each by a task of its own (repeat the flag).
+    #[arg(long = "stream", required = true)]
+    pub streams: Vec<String>,
+    /// The durable pull consumer on each stream; created when missing.
+    #[arg(long, default_value = "consume-only")]
+    pub consumer: String,
+    /// Messages to read in all; the run ends when they are read and acknowledged (each stream's
+    /// last pull may take up to a batch more). Default: every message the streams hold at the
+    /// start.
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// Messages pulled at once, and acknowledged with one `+ACK` to the last of them
+    /// (`AckPolicy::All`), as the processor's batches are.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: usize,
+    /// Write `{"records", "window_s", "msgs_per_sec"}` (first delivery to the last ack) here.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// The server's own floor: each stream read by a durable pull consumer configured as the
+/// processor's (ack policy all, two batches unacknowledged at most), by pulls of a batch, the
+/// last message of each acknowledged (nothing awaited: no double ack), nothing applied. Ends
+/// once `messages` are read and their acknowledgements flushed to the server.
+pub async fn consume_only(args: NatsConsumeOnlyArgs) -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, OnceLock};
+    anyhow::ensure!(args.batch_size > 0, "--batch-size must be above 0");
+    let js = connect(&args.url).await?;
+    let mut consumers = Vec::new();
+    let mut held = 0u64;
+    for name in &args.streams {
+        let mut stream = js
+            .get_stream(name)
+            .await
+            .with_context(|| format!("stream {name}"))?;
+        held += stream.info().await?.state.messages;
+        let config = jetstream::consumer::pull::Config {
+            durable_name: Some(args.consumer.clone()),
+            ack_policy: jetstream::consumer::AckPolicy::All,
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: i64::try_from(args.batch_size.saturating_mul(2)).unwrap_or(i64::MAX),
+            ..Default::default()
+        };
+        let consumer = stream
+            .get_or_create_consumer(&args.consumer, config)
+            .await
+            .with_context(|| format!("consumer {} on stream {name}", args.consumer))?;
+        consumers.push((name.clone(), consumer));
+    }
+    let total = args.messages.unwrap_or(held);
+    let read = Arc::new(AtomicU64::new(0));
+    let first = Arc::new(OnceLock::<std::time::Instant>::new());
+    let mut tasks = Vec::new();
+    for (name, consumer) in consumers {
+        let (read, first, batch) = (read.clone(), first.clone(), args.batch_size);
+        tasks.push(tokio::spawn(async move {
+            while read.load(Ordering::Acquire) < total {
+                // No wait: the server answers with what it has, up to a batch.
+                let mut messages = consumer
+                    .fetch()
+                    .max_messages(batch)
+                    .messages()
+                    .await
+                    .with_context(|| format!("pulling from {name}"))?;
+                let mut last = None;
+                let mut n = 0u64;
+                while let Some(message) = messages.next().await {
+                    let message =
+                        message.map_err(|e| anyhow::anyhow!("reading from {name}: {e}"))?;
+                    first.get_or_init(std::time::Instant::now);
+                    last = Some(message);
+                    n += 1;
+                }
+                match last {
+                    Some(m) => {
+                        m.ack()
+                            .await
+                            .map_err(|e| anyhow::anyhow!("acknowledging on {name}: {e}"))?;
+                        read.fetch_add(n, Ordering::AcqRel);
+                    }
+                    // This stream is read to its end; the others may not be.
+                    None => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    // The acknowledgements are publishes: the run ends once the server has them.
+    js.client()
+        .flush()
+        .await
+        .map_err(|e| anyhow::anyhow!("flushing the acknowledgements: {e}"))?;
+    let window = first.get().map_or(0.0, |f| f.elapsed().as_secs_f64());
+    let records = read.load(Ordering::Acquire);
+    let report = serde_json::json!({
+        "records": records,
+        "window_s": window,
+        "msgs_per_sec": records as f64 / window.max(1e-9),
+    });
+    println!("{report}");
+    if let Some(path) = args.out {
+        std::fs::write(&path, report.to_string())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
@@ -410,15 +590,25 @@ mod tests {
 
     #[test]
     fn an_accounts_records_share_one_subject() {
-        let s = Subjects {
-            prefix: "ledger".to_owned(),
-            count: 4,
-        };
-        assert_eq!(s.of(&record("7", None)), "ledger.3");
-        assert_eq!(s.of(&record("8", None)), "ledger.0");
-        assert_eq!(s.filter(), "ledger.>");
-        let one = Subjects { count: 1, ..s };
-        assert_eq!(one.of(&record("7", None)), "ledger.0");
+        let s = Routing::new("ledger", None, 1, 4);
+        assert_eq!(s.streams, ["ledger"]);
+        assert_eq!(s.subject_of(&record("7", None)), "ledger.3");
+        assert_eq!(s.subject_of(&record("8", None)), "ledger.0");
+        assert_eq!(s.filter(0), "ledger.>");
+        let one = Routing::new("ledger", None, 1, 1);
+        assert_eq!(one.subject_of(&record("7", None)), "ledger.0");
+    }
+
+    #[test]
+    fn an_accounts_records_share_one_stream_of_several() {
+        let s = Routing::new("ledger", Some("l"), 4, 2);
+        assert_eq!(s.streams, ["ledger-0", "ledger-1", "ledger-2", "ledger-3"]);
+        assert_eq!(s.filter(2), "l-2.>");
+        // Account 7: stream 7 % 4 = 3, subject 7 / 4 % 2 = 1.
+        assert_eq!(s.stream_of(&record("7", None)), 3);
+        assert_eq!(s.subject_of(&record("7", None)), "l-3.1");
+        assert_eq!(s.subject_of(&record("11", None)), "l-3.0");
+        assert_eq!(s.subject_of(&record("8", None)), "l-0.0");
     }
 
     #[test]
