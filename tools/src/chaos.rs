@@ -24,6 +24,7 @@ pub mod offsets;
 mod plan;
 pub mod queues;
 pub mod report;
+pub mod streams;
 pub mod summary;
 pub mod topic;
 
