@@ -465,6 +465,7 @@ fn nemesis_settings(args: &ChaosArgs, seed: u64, group: &str) -> NemesisSettings
         max_members: args.processors.max(1) + 2,
         gap: (Duration::from_millis(1500), Duration::from_millis(4000)),
         locks: None,
+        pause_ends_sessions: args.pause_ends_sessions,
     }
 }
 

@@ -101,10 +101,12 @@ pub struct NemesisSettings {
     pub gap: (Duration, Duration),
     /// NATS JetStream: the streams' locks in the database. Kills and pauses then hit a
     /// processor that holds a stream's lock two times in three (a standby's death changes
-    /// nothing), and a pause also ends the paused processor's lock sessions, as a database
-    /// that drops a silent client would, so that a standby takes its streams over while it is
-    /// stopped.
+    /// nothing), and, with `pause_ends_sessions`, a pause also ends the paused processor's lock
+    /// sessions, as a database that drops a silent client would, so that a standby takes its
+    /// streams over while it is stopped.
     pub locks: Option<super::streams::Locks>,
+    /// With `locks`: a pause ends the paused processor's lock sessions.
+    pub pause_ends_sessions: bool,
 }
 
 /// How the nemesis kills and restarts broker nodes.
@@ -318,7 +320,7 @@ impl Nemesis {
         // NATS: the database drops the stopped processor's lock sessions, and a standby takes
         // its streams over while it is stopped.
         let ended = match &self.settings.locks {
-            Some(locks) if !held.is_empty() => {
+            Some(locks) if !held.is_empty() && self.settings.pause_ends_sessions => {
                 let pids: Vec<i32> = held.iter().map(|h| h.pid).collect();
                 match locks.end_sessions(&pids).await {
                     Ok(n) => format!("; {n} lock sessions ended by the database"),

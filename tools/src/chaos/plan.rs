@@ -71,6 +71,12 @@ pub struct ChaosArgs {
     /// stream.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..))]
     pub nats_duplicate_window_ms: u64,
+    /// NATS: a pause also ends the paused processor's lock sessions in the database (as a
+    /// database whose keepalives drop a frozen host would), so that a standby takes its streams
+    /// over while it is stopped. `--pause-ends-sessions=false`: the paused processor keeps its
+    /// streams, and its own deliveries come back to it after ack_wait.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub pause_ends_sessions: bool,
     /// Input records per second while producing (the first 80% of the fault phase).
     #[arg(long, default_value_t = 1000.0)]
     pub rate: f64,
