@@ -951,6 +951,7 @@ async fn check(
     if let Some(n) = &nats {
         invariants.push(streams::positions_cover(&n.ends, tally.records_committed));
         invariants.push(streams::consumers_drained(&n.ends));
+        invariants.push(streams::no_offset_gaps(&n.contents, tally.offset_gaps));
         // What the streams hold is the input of the processors: each sequence committed once.
         produced = n.ends.iter().map(|e| e.messages).sum();
         replays = Replays::new(&tally, produced, n.expected.duplicates);
@@ -1035,6 +1036,7 @@ fn setup_map(args: &ChaosArgs, plan: &Plan) -> BTreeMap<String, String> {
                 args.nats_duplicate_window_ms.to_string(),
             ),
             ("group_protocol", "one-reader-per-stream".to_owned()),
+            ("pause_ends_sessions", args.pause_ends_sessions.to_string()),
             ("broker", args.broker_label.clone()),
         ]
         .into_iter()
