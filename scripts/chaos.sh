@@ -31,6 +31,25 @@
 #                                   back; covering every record published and committed) and that
 #                                   every queue ends with 0 ready and 0 unacknowledged messages.
 #                                   Campaign: results/chaos/rabbitmq-3.10.8/.
+#   scripts/chaos.sh --nats [--broker-faults] ...
+#                                   NATS JetStream instead of Kafka: a nats-server of the run's
+#                                   own with JetStream on a file store (scripts/nats/lib.sh), one
+#                                   stream per partition (each account's records in one), each read
+#                                   through one durable pull consumer (ack_wait 2 s) by the
+#                                   processor that holds its lock in PostgreSQL (the others stand
+#                                   by), the input published paced with each publish acknowledged
+#                                   (published again after a server kill: the stream's duplicate
+#                                   window, 1 s here, and the inbox skip the copies). Kills and
+#                                   pauses hit a lock holder two times in three; a pause outlasts
+#                                   ack_wait and the paused processor's lock sessions are ended in
+#                                   the database, so a standby takes its streams over while it is
+#                                   stopped; broker faults SIGKILL nats-server and start it again
+#                                   on its own store. Checks the database against the model of
+#                                   what the streams hold (read back: they must hold the input),
+#                                   the streams' positions in the database (never back; each at its
+#                                   stream's last sequence + 1) and that every consumer ends with
+#                                   0 pending and 0 unacknowledged (JetStream's consumer info).
+#                                   Campaign: results/chaos/nats-2.9.10/.
 #
 # Starts its OWN PostgreSQL server (initdb in a temporary directory, a free port, fsync on), the
 # only one it restarts, and its own Apache Kafka (KRaft nodes in the run's directory, one unless
@@ -45,11 +64,13 @@ source scripts/lib.sh
 source scripts/recovery-lib.sh
 
 unsafe=0 brokers="${KAFKA_BROKERS:-}" args=() kafka_nodes=1 broker_faults=0 db_failover=0 rabbitmq=0
+nats=0
 queue_type=classic
 while [ $# -gt 0 ]; do
   case "$1" in
     --unsafe) unsafe=1 ;;
     --rabbitmq) rabbitmq=1 ;;
+    --nats) nats=1 ;;
     --queue-type) queue_type=$2; args+=("$1" "$2"); shift ;;
     --queue-type=*) queue_type=${1#--queue-type=}; args+=("$1") ;;
     --kafka-nodes) kafka_nodes=$2; shift ;;
@@ -64,15 +85,19 @@ done
 
 # What the control run turns on (override with UNSAFE_FLAGS="..."): offsets stored before the
 # database commit (loses messages: on RabbitMQ, deliveries acknowledged before it), and no inbox
-# (applies redeliveries twice). A RabbitMQ queue's positions are always the database's (the
-# processor refuses --offsets-in-db=false there).
-if [ "$rabbitmq" = 1 ]; then
+# (applies redeliveries twice). A RabbitMQ queue's and a NATS stream's positions are always the
+# database's (the processor refuses --offsets-in-db=false there).
+if [ "$rabbitmq" = 1 ] || [ "$nats" = 1 ]; then
   read -ra UNSAFE_FLAGS <<<"${UNSAFE_FLAGS:---unsafe-offsets-before-commit --unsafe-no-inbox}"
 else
   read -ra UNSAFE_FLAGS <<<"${UNSAFE_FLAGS:---unsafe-offsets-before-commit --unsafe-no-inbox --offsets-in-db=false}"
 fi
 if [ "$rabbitmq" = 1 ] && { [ "$db_failover" = 1 ] || [ -n "$brokers" ] || [ "$kafka_nodes" != 1 ]; }; then
   echo "--rabbitmq runs its own RabbitMQ node: not with --db-failover, --brokers/KAFKA_BROKERS or --kafka-nodes" >&2
+  exit 2
+fi
+if [ "$nats" = 1 ] && { [ "$rabbitmq" = 1 ] || [ "$db_failover" = 1 ] || [ -n "$brokers" ] || [ "$kafka_nodes" != 1 ]; }; then
+  echo "--nats runs its own nats-server: not with --rabbitmq, --db-failover, --brokers/KAFKA_BROKERS or --kafka-nodes" >&2
   exit 2
 fi
 
@@ -88,6 +113,7 @@ cleanup() {
   [ -n "$driver_pid" ] && kill -KILL -- "-$driver_pid" 2>/dev/null
   stop_broker "$work/broker"
   stop_rabbitmq "$work/broker/rabbitmq"
+  stop_nats "$work/broker/nats"
   if [ "${KEEP:-0}" = 1 ]; then
     log "kept $work"
     return
@@ -170,6 +196,21 @@ if [ "$rabbitmq" = 1 ]; then
       --broker-stop-command "bash -c 'source scripts/lib.sh && rabbitmq_node_kill $rmq'"
       --broker-start-command "bash -c 'source scripts/lib.sh && rabbitmq_node_start $rmq'")
   fi
+elif [ "$nats" = 1 ]; then
+  ensure_nats
+  natsdir="$work/broker/nats"
+  log "NATS: a nats-server of the run's own in $natsdir"
+  start_nats "$natsdir"
+  version=$(nats-server --version 2>/dev/null | sed -n 's/^nats-server: v//p')
+  broker_kind="NATS JetStream ${version:-(version unknown)}, 1 server, file store"
+  log "$broker_kind on 127.0.0.1:$(cat "$natsdir/port")"
+  # The driver takes the URL (it holds a password) from its environment, never its arguments.
+  export CHAOS_NATS_URL=$NATS_URL
+  if [ "$broker_faults" = 1 ]; then
+    args+=(--broker-nodes 1
+      --broker-stop-command "bash -c 'source scripts/lib.sh && nats_kill $natsdir'"
+      --broker-start-command "bash -c 'source scripts/lib.sh && nats_start $natsdir'")
+  fi
 elif [ -z "$brokers" ] && [ -z "${NISSHI_BIN:-}" ]; then
   log "Apache Kafka $KAFKA_VERSION: $kafka_nodes KRaft node(s) in $work/broker/kafka"
   start_kafka_cluster "$work/broker/kafka" "$kafka_nodes"
@@ -185,7 +226,7 @@ elif [ -z "$brokers" ]; then
   brokers=$BROKER_ADDR broker_kind=$BROKER_KIND
   log "$broker_kind on $brokers"
 fi
-if [ "$broker_faults" = 1 ] && [ "$rabbitmq" = 0 ] && [ "$broker_kind" = "${broker_kind#Apache Kafka}" ]; then
+if [ "$broker_faults" = 1 ] && [ "$rabbitmq" = 0 ] && [ "$nats" = 0 ] && [ "$broker_kind" = "${broker_kind#Apache Kafka}" ]; then
   log "--broker-faults needs the run's own Apache Kafka (no --brokers, KAFKA_BROKERS or NISSHI_BIN)"
   exit 2
 fi
@@ -201,12 +242,12 @@ touch "$work/started"
 
 status=0
 # The driver's own Kafka clients (offset watcher, topic reader) log expected end-of-partition
-# events as errors, and its RabbitMQ publisher a broker restart's reset connection: keep its log
-# to warnings of its own.
+# events as errors, its RabbitMQ publisher a broker restart's reset connection, and its NATS
+# client every failed reconnection while the server is down: keep its log to warnings of its own.
 # The driver runs in the background (bash runs a trap only once a foreground child ends), in a
 # process group of its own with its processors, so that an interrupt can stop them all.
-[ "$rabbitmq" = 1 ] || broker_args=(--brokers "$brokers")
-NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn,rdkafka=off,lapin=off}" setsid $bin chaos --database-url "$database_url" "${broker_args[@]}" \
+[ "$rabbitmq" = 1 ] || [ "$nats" = 1 ] || broker_args=(--brokers "$brokers")
+NO_COLOR=1 RUST_LOG="${RUST_LOG:-warn,rdkafka=off,lapin=off,async_nats=off}" setsid $bin chaos --database-url "$database_url" "${broker_args[@]}" \
   --db-stop-command "$db_stop" --db-start-command "$db_start" \
   --broker-label "$broker_kind" --work-dir "$work/run" "${control[@]}" "${args[@]}" &
 driver_pid=$!
@@ -214,7 +255,7 @@ wait "$driver_pid" || status=$?
 driver_pid=""
 # Kafka's own view of the group: every partition committed to its end (lag 0). Only for a PASS:
 # a control or a failed run has nothing to confirm.
-if [ "$status" = 0 ] && [ "$rabbitmq" = 0 ]; then
+if [ "$status" = 0 ] && [ "$rabbitmq" = 0 ] && [ "$nats" = 0 ]; then
   report=$(find "$results_dir" -maxdepth 1 -name 'chaos-*.json' -newer "$work/started" | sort | tail -n 1)
   group=$($bin json get "$report" setup.group)
   if ! kafka_group_lag_zero "$brokers" "$group"; then

@@ -13,7 +13,15 @@
 //! confirms, and the broker's part is checked instead of Kafka's offsets: the queues' positions
 //! in the database never move backwards, cover every record published and every record the
 //! processors committed, every queue ends with nothing ready or unacknowledged, and standbys
-//! took queues over (more than one process applied records). The verdict
+//! took queues over (more than one process applied records).
+//!
+//! On NATS JetStream (`--nats-url`, module [`streams`]) the processors read one stream per
+//! partition through a durable pull consumer, one processor per stream at a time (the stream's
+//! advisory lock in the database), the input is published with each publish acknowledged and
+//! published again after a server restart, and the database is checked against the model of
+//! what the streams hold (read back at the end); the streams' positions in the database never
+//! move backwards and end at each stream's last sequence, and every consumer ends with nothing
+//! pending or unacknowledged, as JetStream reports it. The verdict
 //! and the numbers go to `results/chaos-<timestamp>-seed<seed>-<pid>.json`; [`summary`] makes
 //! one table of a directory of them.
 
@@ -24,6 +32,7 @@ pub mod offsets;
 mod plan;
 pub mod queues;
 pub mod report;
+pub mod streams;
 pub mod summary;
 pub mod topic;
 
@@ -63,6 +72,7 @@ use plan::GroupProtocol;
 use plan::Plan;
 use queues::{QueueEnd, Queues};
 use report::{ChaosReport, Replays, Tally, Throughput};
+use streams::{StreamEnd, Streams, StreamsPublished, Takeovers};
 
 use crate::amqp_publish::Published;
 
@@ -70,25 +80,35 @@ use crate::amqp_publish::Published;
 pub async fn run(args: ChaosArgs) -> Result<ChaosReport, ChaosError> {
     let plan = Plan::new(&args)?;
     let amqp = queues_of(&args, &plan)?;
+    let nats = streams_of(&args, &plan)?;
+    let (kind, names) = match (&amqp, &nats) {
+        (Some(q), _) => ("queues", q.names.join(",")),
+        (_, Some(s)) => ("streams", s.names.join(",")),
+        _ => ("topic", plan.topic.clone()),
+    };
     println!(
-        "chaos: seed {} | {} s of faults | {} processors | {} records at {}/s | {} {} | logs {}",
+        "chaos: seed {} | {} s of faults | {} processors | {} records at {}/s | {kind} {names} | \
+         logs {}",
         plan.seed,
         args.duration,
         args.processors,
         plan.records.len(),
         args.rate,
-        if amqp.is_some() { "queues" } else { "topic" },
-        amqp.as_ref()
-            .map_or(plan.topic.clone(), |q| q.names.join(",")),
         plan.work.display()
     );
     prepare_database(&args.database_url).await?;
-    if args.topic.is_none() && amqp.is_none() {
+    if let Some(s) = &nats {
+        streams::create(s).await.map_err(ChaosError::Setup)?;
+    } else if args.topic.is_none() && amqp.is_none() {
         crate::produce::ensure_topic(&args.brokers, &plan.topic, args.partitions).await?;
     }
-    let cluster = Arc::new(Mutex::new(start_cluster(&args, &plan, amqp.as_ref())?));
-    let run = under_faults(&args, &plan, &cluster, amqp.as_ref()).await?;
-    let report = check(&args, &plan, &cluster, run, amqp.as_ref()).await?;
+    let broker = Broker {
+        amqp: amqp.as_ref(),
+        nats: nats.as_ref(),
+    };
+    let cluster = Arc::new(Mutex::new(start_cluster(&args, &plan, broker)?));
+    let run = under_faults(&args, &plan, &cluster, broker).await?;
+    let report = check(&args, &plan, &cluster, run, broker).await?;
     write_report(&args, &plan, &report)?;
     report.print();
     Ok(report)
@@ -118,22 +138,70 @@ fn queues_of(args: &ChaosArgs, plan: &Plan) -> Result<Option<Queues>, ChaosError
     }))
 }
 
+/// NATS JetStream's streams of the run, with `--nats-url`: `--partitions` of them, named
+/// after the run, read through one consumer named after the group.
+fn streams_of(args: &ChaosArgs, plan: &Plan) -> Result<Option<Streams>, ChaosError> {
+    let Some(url) = &args.nats_url else {
+        return Ok(None);
+    };
+    if args.topic.is_some() || args.db_failover_command.is_some() {
+        return Err(ChaosError::Setup(
+            "--topic and --db-failover-command are Kafka's (not with --nats-url)".into(),
+        ));
+    }
+    Ok(Some(Streams {
+        url: url.clone(),
+        names: (0..args.partitions.max(1))
+            .map(|i| format!("{}-s{i}", plan.topic))
+            .collect(),
+        consumer: plan.group.clone(),
+        ack_wait: Duration::from_millis(args.nats_ack_wait_ms.max(1000)),
+        duplicate_window: Duration::from_millis(args.nats_duplicate_window_ms),
+    }))
+}
+
+/// The broker of the run: Kafka when neither is given.
+#[derive(Clone, Copy)]
+struct Broker<'a> {
+    amqp: Option<&'a Queues>,
+    nats: Option<&'a Streams>,
+}
+
 /// What the committed offsets or positions were seen doing.
 enum Sampler {
     Kafka(std::thread::JoinHandle<offsets::Samples>),
     Amqp(tokio::task::JoinHandle<offsets::Samples>),
+    Nats(tokio::task::JoinHandle<(offsets::Samples, Takeovers)>),
 }
 
 impl Sampler {
-    async fn join(self) -> Result<offsets::Samples, ChaosError> {
+    async fn join(self) -> Result<(offsets::Samples, Option<Takeovers>), ChaosError> {
         match self {
             Sampler::Kafka(t) => tokio::task::spawn_blocking(move || t.join())
                 .await
                 .map_err(|e| ChaosError::Setup(e.to_string()))?
+                .map(|s| (s, None))
                 .map_err(|_| ChaosError::Setup("the offset sampler panicked".into())),
-            Sampler::Amqp(t) => t.await.map_err(|e| ChaosError::Setup(e.to_string())),
+            Sampler::Amqp(t) => t
+                .await
+                .map(|s| (s, None))
+                .map_err(|e| ChaosError::Setup(e.to_string())),
+            Sampler::Nats(t) => t
+                .await
+                .map(|(s, t)| (s, Some(t)))
+                .map_err(|e| ChaosError::Setup(e.to_string())),
         }
     }
+}
+
+/// What the input's producer or publisher did.
+struct Produced {
+    /// Records produced: acknowledged by the broker, plus those published again.
+    count: u64,
+    /// RabbitMQ's publisher.
+    amqp: Option<Published>,
+    /// JetStream's publisher.
+    nats: Option<StreamsPublished>,
 }
 
 /// Produces and injects faults while watching the group's offsets (RabbitMQ: the queues'
@@ -142,14 +210,22 @@ async fn under_faults(
     args: &ChaosArgs,
     plan: &Plan,
     cluster: &Arc<Mutex<Cluster>>,
-    amqp: Option<&Queues>,
+    broker: Broker<'_>,
 ) -> Result<Finished, ChaosError> {
     let start = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let supervisor = spawn_supervisor(cluster.clone(), stop.clone());
     let every = Duration::from_millis(500);
-    let (sampler, producer) = match amqp {
-        None => {
+    let (sampler, producer) = match (broker.amqp, broker.nats) {
+        (None, Some(s)) => {
+            let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
+            let sampler =
+                streams::spawn_sampler(pool, locks_of(args, s), every, start, stop.clone());
+            let producer =
+                tokio::spawn(publish_streams(s.clone(), plan.records.clone(), args.rate));
+            (Sampler::Nats(sampler), producer)
+        }
+        (None, None) => {
             let watch =
                 GroupOffsets::new(&args.brokers, &plan.group, &plan.topic, args.partitions)?;
             let sampler = offsets::spawn_sampler(watch, every, start, stop.clone());
@@ -161,7 +237,7 @@ async fn under_faults(
             ));
             (Sampler::Kafka(sampler), producer)
         }
-        Some(q) => {
+        (Some(q), _) => {
             let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
             let sampler = queues::spawn_sampler(
                 pool,
@@ -176,36 +252,52 @@ async fn under_faults(
         }
     };
     tokio::time::sleep(Duration::from_secs(5.min(args.duration / 5))).await;
-    let events = Nemesis::new(
-        nemesis_settings(args, plan.seed, &plan.group),
-        cluster.clone(),
-        start,
-    )
-    .run(start + Duration::from_secs(args.duration))
-    .await
-    .map_err(ChaosError::Setup)?;
-    let (produced, published) = producer
+    let mut settings = nemesis_settings(args, plan.seed, &plan.group);
+    settings.locks = broker.nats.map(|s| locks_of(args, s));
+    let events = Nemesis::new(settings, cluster.clone(), start)
+        .run(start + Duration::from_secs(args.duration))
+        .await
+        .map_err(ChaosError::Setup)?;
+    let produced = producer
         .await
         .map_err(|e| ChaosError::Setup(e.to_string()))??;
-    let phase = Phases { start, produced };
-    let (drained_after, final_lag) = match (amqp, &published) {
-        (Some(q), Some(p)) => {
+    let phase = Phases {
+        start,
+        produced: produced.count,
+    };
+    let (drained_after, final_lag) = match (broker.amqp, &produced.amqp, broker.nats) {
+        (Some(q), Some(p), _) => {
             let drained = heal_and_drain_queues(args, plan, cluster, phase, q, p).await?;
+            (drained, Vec::new())
+        }
+        (_, _, Some(s)) => {
+            let drained = heal_and_drain_streams(args, cluster, phase, s).await?;
             (drained, Vec::new())
         }
         _ => heal_and_drain(args, plan, cluster, phase).await?,
     };
     stop.store(true, Ordering::Release);
     let _ = supervisor.await;
-    let samples = sampler.join().await?;
+    let (samples, takeovers) = sampler.join().await?;
     Ok(Finished {
         events,
         samples,
+        takeovers,
         final_lag,
         drained_after,
-        produced,
-        published,
+        produced: produced.count,
+        published: produced.amqp,
+        nats_published: produced.nats,
     })
+}
+
+/// The database's view of the streams' locks.
+fn locks_of(args: &ChaosArgs, s: &Streams) -> streams::Locks {
+    streams::Locks {
+        database_url: args.database_url.clone(),
+        streams: s.names.clone(),
+        consumer: s.consumer.clone(),
+    }
 }
 
 struct Phases {
@@ -216,11 +308,15 @@ struct Phases {
 struct Finished {
     events: Vec<nemesis::FaultEvent>,
     samples: offsets::Samples,
+    /// NATS: the streams' lock holders as the sampler saw them.
+    takeovers: Option<Takeovers>,
     final_lag: Vec<offsets::PartitionLag>,
     drained_after: Duration,
     produced: u64,
     /// RabbitMQ's publisher: what it confirmed and published twice.
     published: Option<Published>,
+    /// JetStream's publisher.
+    nats_published: Option<StreamsPublished>,
 }
 
 async fn prepare_database(url: &str) -> Result<(), ChaosError> {
@@ -244,14 +340,30 @@ async fn prepare_database(url: &str) -> Result<(), ChaosError> {
     Ok(())
 }
 
-fn start_cluster(
-    args: &ChaosArgs,
-    plan: &Plan,
-    amqp: Option<&Queues>,
-) -> Result<Cluster, ChaosError> {
+fn start_cluster(args: &ChaosArgs, plan: &Plan, broker: Broker<'_>) -> Result<Cluster, ChaosError> {
     let bin = members::product_bin()?;
     let mut env = vec![("DATABASE_URL".to_owned(), args.database_url.clone())];
-    if let Some(q) = amqp {
+    if let Some(s) = broker.nats {
+        // The URL goes in the environment, where the process list does not show its password.
+        env.push(("BATCH_INBOX_SOURCE".to_owned(), s.url.clone()));
+        let mut run: Vec<String> = vec!["run".into()];
+        for name in &s.names {
+            run.extend(["--stream".into(), name.clone()]);
+        }
+        run.extend([
+            "--consumer".into(),
+            s.consumer.clone(),
+            "--group".into(),
+            plan.group.clone(),
+            "--ack-wait".into(),
+            format!("{}ms", s.ack_wait.as_millis()),
+            "--pool-size".into(),
+            args.partitions.max(1).to_string(),
+        ]);
+        run.extend(args.processor_args.iter().cloned());
+        return start_members(args, plan, bin, run, env, true);
+    }
+    if let Some(q) = broker.amqp {
         // The URL goes in the environment, where the process list does not show its password.
         let sep = if q.url.contains('?') { '&' } else { '?' };
         env.push((
@@ -271,7 +383,7 @@ fn start_cluster(
             args.partitions.max(1).to_string(),
         ]);
         run.extend(args.processor_args.iter().cloned());
-        return start_members(args, plan, bin, run, env);
+        return start_members(args, plan, bin, run, env, false);
     }
     let mut run: Vec<String> = [
         "run",
@@ -301,7 +413,7 @@ fn start_cluster(
     };
     run.extend(group);
     run.extend(args.processor_args.iter().cloned());
-    start_members(args, plan, bin, run, env)
+    start_members(args, plan, bin, run, env, false)
 }
 
 fn start_members(
@@ -310,12 +422,14 @@ fn start_members(
     bin: std::path::PathBuf,
     run: Vec<String>,
     env: Vec<(String, String)>,
+    session_names: bool,
 ) -> Result<Cluster, ChaosError> {
     let mut cluster = Cluster::new(MemberSpec {
         bin,
         args: run,
         env,
         work: plan.work.clone(),
+        session_names,
     });
     for _ in 0..args.processors.max(1) {
         cluster.start_member()?;
@@ -341,13 +455,17 @@ fn nemesis_settings(args: &ChaosArgs, seed: u64, group: &str) -> NemesisSettings
             }),
         // On RabbitMQ a pause outlasts three heartbeat intervals (the broker notices a silent
         // client after two to three), so that the broker closes the paused processor's
-        // connection and a standby takes its queues over while it is stopped.
-        session_timeout: match args.amqp_url {
-            Some(_) => Duration::from_secs(3 * args.amqp_heartbeat.max(1)),
-            None => Duration::from_millis(args.session_timeout_ms),
+        // connection and a standby takes its queues over while it is stopped. On NATS it
+        // outlasts ack_wait (its deliveries become due again) and a standby's lock poll (1 s).
+        session_timeout: match (&args.amqp_url, &args.nats_url) {
+            (Some(_), _) => Duration::from_secs(3 * args.amqp_heartbeat.max(1)),
+            (_, Some(_)) => Duration::from_millis(args.nats_ack_wait_ms.max(1000) + 1000),
+            _ => Duration::from_millis(args.session_timeout_ms),
         },
         max_members: args.processors.max(1) + 2,
         gap: (Duration::from_millis(1500), Duration::from_millis(4000)),
+        locks: None,
+        pause_ends_sessions: args.pause_ends_sessions,
     }
 }
 
@@ -371,19 +489,42 @@ async fn produce(
     topic: String,
     records: Vec<Record>,
     rate: f64,
-) -> Result<(u64, Option<Published>), ChaosError> {
+) -> Result<Produced, ChaosError> {
     let producer = crate::produce::producer(&brokers, &[])?;
     let sent = crate::produce::send_paced(&producer, &topic, records, Some(rate), |_| {}).await?;
-    Ok((sent.delivered, None))
+    Ok(Produced {
+        count: sent.delivered,
+        amqp: None,
+        nats: None,
+    })
+}
+
+/// Publishes the input to the streams, paced, each publish acknowledged, through server
+/// restarts. Produced: the publishes acknowledged plus those published again.
+async fn publish_streams(
+    s: Streams,
+    records: Vec<Record>,
+    rate: f64,
+) -> Result<Produced, ChaosError> {
+    let published = streams::publish_paced(&s, &records, rate, Duration::from_secs(120))
+        .await
+        .map_err(|e| ChaosError::Setup(format!("publishing: {e}")))?;
+    if published.failed_attempts > 0 {
+        println!(
+            "chaos: {} publishing attempts failed; {} records published again",
+            published.failed_attempts, published.republished_records
+        );
+    }
+    Ok(Produced {
+        count: published.acked + published.republished_records,
+        amqp: None,
+        nats: Some(published),
+    })
 }
 
 /// Publishes the input to the queues, paced, with confirms, through broker restarts. Produced:
 /// the publishes confirmed plus those published again (at most what the queues received).
-async fn publish(
-    q: Queues,
-    records: Vec<Record>,
-    rate: f64,
-) -> Result<(u64, Option<Published>), ChaosError> {
+async fn publish(q: Queues, records: Vec<Record>, rate: f64) -> Result<Produced, ChaosError> {
     let url = batch_inbox::AmqpUrl::new(q.url.clone());
     let published = crate::amqp_publish::publish_paced(
         &q.url,
@@ -402,10 +543,95 @@ async fn publish(
             published.reconnects, published.republished_records
         );
     }
-    Ok((
-        published.confirmed + published.republished_records,
-        Some(published),
-    ))
+    Ok(Produced {
+        count: published.confirmed + published.republished_records,
+        amqp: Some(published),
+        nats: None,
+    })
+}
+
+/// JetStream's heal and drain: ends the faults' after-effects, waits until every stream's
+/// position covers its last sequence and every consumer has nothing pending or unacknowledged,
+/// then stops every member gracefully.
+async fn heal_and_drain_streams(
+    args: &ChaosArgs,
+    cluster: &Arc<Mutex<Cluster>>,
+    phase: Phases,
+    s: &Streams,
+) -> Result<Duration, ChaosError> {
+    println!(
+        "[chaos {:7.1}s] faults over; {} records published; healing and draining",
+        phase.start.elapsed().as_secs_f64(),
+        phase.produced
+    );
+    cluster
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .heal(args.processors.max(1))?;
+    let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
+    let js = streams::connect(s).await.map_err(ChaosError::Setup)?;
+    let deadline = Instant::now() + Duration::from_secs(args.drain_timeout);
+    while Instant::now() < deadline {
+        if let Ok(at) = queues::positions(&pool, &s.consumer, &s.names).await {
+            if streams::drained(s, &js, &at).await {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let drained_after = phase.start.elapsed();
+    println!(
+        "[chaos {:7.1}s] drained; stopping the members",
+        drained_after.as_secs_f64()
+    );
+    let cluster = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        cluster
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stop_all(Duration::from_secs(30));
+    })
+    .await
+    .map_err(|e| ChaosError::Setup(e.to_string()))?;
+    Ok(drained_after)
+}
+
+/// JetStream's part of the check: each stream's end, what the streams hold read back, and the
+/// model of it.
+struct StreamsChecked {
+    ends: Vec<StreamEnd>,
+    contents: Vec<streams::Contents>,
+    expected: crate::generate::Expected,
+}
+
+async fn check_streams(
+    args: &ChaosArgs,
+    s: &Streams,
+    published: Option<&StreamsPublished>,
+) -> Result<StreamsChecked, ChaosError> {
+    let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
+    let positions = queues::positions(&pool, &s.consumer, &s.names)
+        .await
+        .map_err(ChaosError::Setup)?;
+    let js = streams::connect(s).await.map_err(ChaosError::Setup)?;
+    let input = published.map(|p| p.per_stream.clone()).unwrap_or_default();
+    let ends = streams::ends(s, &js, &input, &positions)
+        .await
+        .map_err(ChaosError::Setup)?;
+    let mut contents = Vec::new();
+    for end in &ends {
+        contents.push(
+            streams::read_back(&js, &end.name, end.last_seq)
+                .await
+                .map_err(ChaosError::Setup)?,
+        );
+    }
+    let expected = streams::model_of(&contents);
+    Ok(StreamsChecked {
+        ends,
+        contents,
+        expected,
+    })
 }
 
 /// RabbitMQ's heal and drain: ends the faults' after-effects, waits until every queue's position
@@ -545,10 +771,25 @@ async fn state_invariants(
     plan: &Plan,
     run: &Finished,
     slack: Option<&checker::DeadLetterSlack>,
+    nats: Option<&StreamsChecked>,
 ) -> Result<Vec<checker::Invariant>, ChaosError> {
     let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
     let client = pool.get().await.map_err(DbError::from)?;
     let valid = checker::valid_ids(&plan.records);
+    if let Some(n) = nats {
+        // NATS: the model of what the streams hold (each sequence applied once: exact, dead
+        // letters included), which must hold the input; the positions, never back (strict:
+        // compare-and-set in the database).
+        let mut invariants = checker::database(&**client, &valid, &n.expected, None).await?;
+        invariants.push(streams::streams_hold_input(
+            &n.contents,
+            &valid,
+            &n.expected,
+            &plan.expected,
+        ));
+        invariants.push(checker::offsets_monotonic(&run.samples, &[], &[], true));
+        return Ok(invariants);
+    }
     let mut invariants = checker::database(&**client, &valid, &plan.expected, slack).await?;
     if run.published.is_some() {
         // RabbitMQ: the positions, never back (strict: a compare-and-set in the database has no
@@ -602,13 +843,18 @@ fn tally(
     args: &ChaosArgs,
     cluster: &Mutex<Cluster>,
     amqp: bool,
+    takeovers: Option<&Takeovers>,
 ) -> (Tally, Vec<members::UnexpectedExit>) {
     let c = cluster.lock().unwrap_or_else(|p| p.into_inner());
     let mut t = Tally::default();
     for (log, report) in c.files() {
         t.add(log, report);
     }
-    t.partition_moves = if amqp {
+    t.partition_moves = if let Some(seen) = takeovers {
+        // NATS: a stream's lock seen held by another process than before (a kill, a pause
+        // whose sessions the database ended, a leave, a database restart).
+        seen.takeovers
+    } else if amqp {
         // A queue has one active consumer at a time: every process that applied records beyond
         // one held a queue that another held before it or beside it (a takeover after a kill,
         // a pause past the heartbeat, a leave or a broker restart; or queues split between the
@@ -645,14 +891,21 @@ fn faults_hit(
         // The gap the failover opened was noticed and read again (the WARN lines).
         hit.push(("positions rewound", tally.positions_rewound));
     }
-    let moves = match args.amqp_url {
-        Some(_) => "queue takeovers (processes that applied records, beyond one)",
-        None => "partition moves",
+    let (moves, replayed) = match (&args.amqp_url, &args.nats_url) {
+        (Some(_), _) => (
+            "queue takeovers (processes that applied records, beyond one)",
+            "replays (done or avoided)",
+        ),
+        (_, Some(_)) => (
+            "stream takeovers (a lock held by another process)",
+            "redeliveries (the server's) and replays",
+        ),
+        _ => ("partition moves", "replays (done or avoided)"),
     };
     hit.extend([
         (moves, tally.partition_moves),
         ("retries", tally.retries()),
-        ("replays (done or avoided)", replays.redeliveries()),
+        (replayed, replays.redeliveries()),
     ]);
     checker::faults_hit(&hit)
 }
@@ -662,9 +915,14 @@ async fn check(
     plan: &Plan,
     cluster: &Arc<Mutex<Cluster>>,
     run: Finished,
-    amqp: Option<&Queues>,
+    broker: Broker<'_>,
 ) -> Result<ChaosReport, ChaosError> {
-    let (tally, unexpected_exits) = tally(args, cluster, amqp.is_some());
+    let amqp = broker.amqp;
+    let (tally, unexpected_exits) = tally(args, cluster, amqp.is_some(), run.takeovers.as_ref());
+    let nats = match broker.nats {
+        Some(s) => Some(check_streams(args, s, run.nats_published.as_ref()).await?),
+        None => None,
+    };
     let mut queue_report = Vec::new();
     let mut slack = None;
     if let (Some(q), Some(p)) = (amqp, &run.published) {
@@ -680,7 +938,7 @@ async fn check(
             extra_deliveries: (positions.max(0) as u64).saturating_sub(published),
         });
     }
-    let mut invariants = state_invariants(args, plan, &run, slack.as_ref()).await?;
+    let mut invariants = state_invariants(args, plan, &run, slack.as_ref(), nats.as_ref()).await?;
     if amqp.is_some() {
         invariants.push(queues::queues_empty(&queue_report));
         invariants.push(queues::positions_cover(
@@ -688,7 +946,26 @@ async fn check(
             tally.records_committed,
         ));
     }
+    let mut produced = run.produced;
     let mut replays = Replays::new(&tally, run.produced, plan.expected.duplicates);
+    if let Some(n) = &nats {
+        invariants.push(streams::positions_cover(&n.ends, tally.records_committed));
+        invariants.push(streams::consumers_drained(&n.ends));
+        invariants.push(streams::no_offset_gaps(&n.contents, tally.offset_gaps));
+        // What the streams hold is the input of the processors: each sequence committed once.
+        produced = n.ends.iter().map(|e| e.messages).sum();
+        replays = Replays::new(&tally, produced, n.expected.duplicates);
+        // The server's redeliveries (each consumer's delivery sequence beyond its stream
+        // sequence): each was acknowledged again without being applied (below the database's
+        // position) or left to the batch that held it.
+        replays.replays_avoided = n.ends.iter().filter_map(|e| e.redeliveries).sum();
+        replays.note = "replayed: records committed beyond the streams' messages and duplicates \
+                        skipped beyond the streams' copies (lower bounds, from the processors' \
+                        reports); avoided: the servers' redeliveries (each consumer's delivery \
+                        sequence minus its last stream sequence delivered), each acknowledged \
+                        again below the database's position or left to the batch that held it"
+            .to_owned();
+    }
     if let Some(slack) = &slack {
         // On RabbitMQ the positions count every delivery committed exactly: those beyond the
         // input were delivered again (after a COMMIT whose acknowledgement was lost, or a copy
@@ -701,6 +978,10 @@ async fn check(
     invariants.push(faults_hit(args, &faults, &tally, &replays));
     let passed = invariants.iter().all(|i| i.ok);
     let secs = run.drained_after.as_secs_f64().max(1e-9);
+    let (stream_ends, nats_expected) = match nats {
+        Some(n) => (n.ends, Some(n.expected)),
+        None => (Vec::new(), None),
+    };
     Ok(ChaosReport {
         verdict: if passed { "PASS" } else { "FAIL" }.to_owned(),
         passed,
@@ -717,21 +998,51 @@ async fn check(
         processors: tally,
         replays,
         throughput: Throughput {
-            produced: run.produced,
-            produced_per_s: run.produced as f64 / (args.duration as f64 * 0.8).max(1e-9),
+            produced,
+            produced_per_s: produced as f64 / (args.duration as f64 * 0.8).max(1e-9),
             drained_after_s: secs,
-            applied_per_s: run.produced as f64 / secs,
+            applied_per_s: produced as f64 / secs,
         },
         offsets: run.samples,
         final_lag: run.final_lag,
         queues: queue_report,
         publisher: run.published,
+        streams: stream_ends,
+        nats_publisher: run.nats_published,
+        takeovers: run.takeovers,
+        streams_expected: nats_expected,
         unexpected_exits,
         work_dir: plan.work.clone(),
     })
 }
 
 fn setup_map(args: &ChaosArgs, plan: &Plan) -> BTreeMap<String, String> {
+    if args.nats_url.is_some() {
+        return [
+            (
+                "streams",
+                format!("{}-s0..s{}", plan.topic, args.partitions.max(1) - 1),
+            ),
+            ("consumer", plan.group.clone()),
+            ("group", plan.group.clone()),
+            ("partitions", args.partitions.to_string()),
+            ("processors", args.processors.to_string()),
+            ("rate", args.rate.to_string()),
+            ("accounts", args.accounts.to_string()),
+            ("records", plan.records.len().to_string()),
+            ("ack_wait_ms", args.nats_ack_wait_ms.max(1000).to_string()),
+            (
+                "duplicate_window_ms",
+                args.nats_duplicate_window_ms.to_string(),
+            ),
+            ("group_protocol", "one-reader-per-stream".to_owned()),
+            ("pause_ends_sessions", args.pause_ends_sessions.to_string()),
+            ("broker", args.broker_label.clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    }
     if args.amqp_url.is_some() {
         return [
             (

@@ -23,6 +23,10 @@ pub struct MemberSpec {
     pub env: Vec<(String, String)>,
     /// Directory for logs and reports.
     pub work: PathBuf,
+    /// Give each incarnation's database sessions an `application_name` of its own
+    /// ([`super::streams::session_name`], in its `DATABASE_URL`), so that the database tells
+    /// whose sessions hold the streams' locks.
+    pub session_names: bool,
 }
 
 /// What a member slot is doing.
@@ -97,12 +101,20 @@ impl Cluster {
         let log = self.spec.work.join(format!("{name}.log"));
         let report = self.spec.work.join(format!("{name}.json"));
         let out = File::create(&log)?;
+        let env = self.spec.env.iter().map(|(k, v)| match k.as_str() {
+            "DATABASE_URL" if self.spec.session_names => {
+                let sep = if v.contains('?') { '&' } else { '?' };
+                let name = super::streams::session_name(slot, incarnation);
+                (k.clone(), format!("{v}{sep}application_name={name}"))
+            }
+            _ => (k.clone(), v.clone()),
+        });
         let child = Command::new(&self.spec.bin)
             .args(&self.spec.args)
             .arg("--stats-file")
             .arg(&report)
             .args(["--stats-interval", "250ms"])
-            .envs(self.spec.env.iter().map(|(k, v)| (k, v)))
+            .envs(env)
             .env("NO_COLOR", "1")
             // CHAOS_RUST_LOG overrides the members' log filter (e.g. librdkafka=debug together
             // with `--processor-arg=-X --processor-arg=debug=fetch` to trace fetches).

@@ -99,6 +99,14 @@ pub struct NemesisSettings {
     pub max_members: usize,
     /// Smallest and largest gap between two faults.
     pub gap: (Duration, Duration),
+    /// NATS JetStream: the streams' locks in the database. Kills and pauses then hit a
+    /// processor that holds a stream's lock two times in three (a standby's death changes
+    /// nothing), and, with `pause_ends_sessions`, a pause also ends the paused processor's lock
+    /// sessions, as a database that drops a silent client would, so that a standby takes its
+    /// streams over while it is stopped.
+    pub locks: Option<super::streams::Locks>,
+    /// With `locks`: a pause ends the paused processor's lock sessions.
+    pub pause_ends_sessions: bool,
 }
 
 /// How the nemesis kills and restarts broker nodes.
@@ -243,10 +251,35 @@ impl Nemesis {
         running.choose(&mut self.rng).copied()
     }
 
+    /// The member a kill or a pause hits, and its lock sessions (NATS: see
+    /// [`NemesisSettings::locks`]).
+    async fn target(&mut self) -> Option<(usize, Vec<super::streams::Holder>)> {
+        let Some(locks) = self.settings.locks.clone() else {
+            return self.running_member().map(|slot| (slot, Vec::new()));
+        };
+        let holders = locks.holders().await.unwrap_or_default();
+        let running = lock(&self.cluster).in_state(State::Running);
+        let holding: Vec<usize> = running
+            .iter()
+            .copied()
+            .filter(|slot| holders.iter().any(|h| h.slot == Some(*slot)))
+            .collect();
+        let slot = if !holding.is_empty() && self.rng.random_bool(2.0 / 3.0) {
+            *holding.choose(&mut self.rng)?
+        } else {
+            *running.choose(&mut self.rng)?
+        };
+        let held = holders
+            .into_iter()
+            .filter(|h| h.slot == Some(slot))
+            .collect();
+        Some((slot, held))
+    }
+
     async fn inject(&mut self, fault: Fault) -> Result<(), String> {
         match fault {
-            Fault::Kill => self.kill(),
-            Fault::Pause => self.pause(),
+            Fault::Kill => self.kill().await,
+            Fault::Pause => self.pause().await,
             Fault::RestartDb => self.restart_db().await?,
             Fault::RestartBroker => self.restart_broker().await?,
             Fault::Failover => self.failover().await?,
@@ -255,15 +288,18 @@ impl Nemesis {
         Ok(())
     }
 
-    fn kill(&mut self) {
-        let Some(slot) = self.running_member() else {
+    async fn kill(&mut self) {
+        let Some((slot, held)) = self.target().await else {
             return;
         };
         let down = secs(&mut self.rng, 0.2, 2.0);
         lock(&self.cluster).kill(slot);
         self.record(
             Fault::Kill,
-            format!("member {slot} (SIGKILL), restart in {down:.1?}"),
+            format!(
+                "member {slot} (SIGKILL){}, restart in {down:.1?}",
+                holding(&held)
+            ),
         );
         let cluster = self.cluster.clone();
         self.pending.push(tokio::spawn(async move {
@@ -274,16 +310,31 @@ impl Nemesis {
         }));
     }
 
-    fn pause(&mut self) {
-        let Some(slot) = self.running_member() else {
+    async fn pause(&mut self) {
+        let Some((slot, held)) = self.target().await else {
             return;
         };
         let extra = secs(&mut self.rng, 0.5, 3.0);
         let pause = self.settings.session_timeout + extra;
         lock(&self.cluster).pause(slot);
+        // NATS: the database drops the stopped processor's lock sessions, and a standby takes
+        // its streams over while it is stopped.
+        let ended = match &self.settings.locks {
+            Some(locks) if !held.is_empty() && self.settings.pause_ends_sessions => {
+                let pids: Vec<i32> = held.iter().map(|h| h.pid).collect();
+                match locks.end_sessions(&pids).await {
+                    Ok(n) => format!("; {n} lock sessions ended by the database"),
+                    Err(e) => format!("; its lock sessions not ended: {e}"),
+                }
+            }
+            _ => String::new(),
+        };
         self.record(
             Fault::Pause,
-            format!("member {slot} (SIGSTOP) for {pause:.1?}"),
+            format!(
+                "member {slot} (SIGSTOP){} for {pause:.1?}{ended}",
+                holding(&held)
+            ),
         );
         if let Some(e) = self.events.last_mut() {
             e.ends_s = Some(e.at_s + pause.as_secs_f64());
@@ -319,7 +370,7 @@ impl Nemesis {
             .map_err(|e| e.to_string())??;
         if let Some(k) = kill_after {
             tokio::time::sleep(k).await;
-            self.kill();
+            self.kill().await;
             tokio::time::sleep(down - k).await;
         } else {
             tokio::time::sleep(down).await;
@@ -412,6 +463,15 @@ impl Nemesis {
         }
         Ok(())
     }
+}
+
+/// `, holding s1, s2` for a member that holds streams' locks.
+fn holding(held: &[super::streams::Holder]) -> String {
+    if held.is_empty() {
+        return String::new();
+    }
+    let streams: Vec<&str> = held.iter().map(|h| h.stream.as_str()).collect();
+    format!(", holding {}", streams.join(", "))
 }
 
 /// `PARTITION NEXT_OFFSET` lines, as the failover command prints them.

@@ -48,6 +48,35 @@ pub struct ChaosArgs {
     /// Pauses last three times this, and more, on RabbitMQ (--session-timeout-ms is Kafka's).
     #[arg(long, default_value_t = 3)]
     pub amqp_heartbeat: u64,
+    /// Read NATS JetStream instead of Kafka: the server's URL (its password is never shown).
+    /// The processors read --partitions streams (each account's records in one, by account
+    /// modulo their number) through one durable pull consumer each, one processor per stream
+    /// at a time (the stream's advisory lock in the database); the input is published with each
+    /// publish acknowledged, and published again after a server restart.
+    #[arg(
+        long,
+        env = "CHAOS_NATS_URL",
+        hide_env_values = true,
+        conflicts_with = "amqp_url"
+    )]
+    pub nats_url: Option<String>,
+    /// The consumers' ack_wait in ms (the processors' --ack-wait). Pauses last longer than it
+    /// and the standbys' lock poll (1 s) on NATS.
+    #[arg(long, default_value_t = 2000)]
+    pub nats_ack_wait_ms: u64,
+    /// The streams' duplicate window in ms (at least 100): a publish whose Nats-Msg-Id the
+    /// stream saw within it is dropped. Short by default, so that the input's re-sent records
+    /// and the copies published again after a server restart reach the processors (the inbox
+    /// skips them) as they would on Kafka; those published close together are dropped by the
+    /// stream.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub nats_duplicate_window_ms: u64,
+    /// NATS: a pause also ends the paused processor's lock sessions in the database (as a
+    /// database whose keepalives drop a frozen host would), so that a standby takes its streams
+    /// over while it is stopped. `--pause-ends-sessions=false`: the paused processor keeps its
+    /// streams, and its own deliveries come back to it after ack_wait.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub pause_ends_sessions: bool,
     /// Input records per second while producing (the first 80% of the fault phase).
     #[arg(long, default_value_t = 1000.0)]
     pub rate: f64,

@@ -198,6 +198,18 @@ pub struct ChaosReport {
     /// What the publisher confirmed and published again (RabbitMQ).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub publisher: Option<crate::amqp_publish::Published>,
+    /// Each stream at the end: messages, position, the consumer's state (NATS).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<super::streams::StreamEnd>,
+    /// What the publisher did (NATS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats_publisher: Option<super::streams::StreamsPublished>,
+    /// The streams' lock holders as the sampler saw them (NATS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub takeovers: Option<super::streams::Takeovers>,
+    /// The model of what the streams held, which the database is checked against (NATS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub streams_expected: Option<crate::generate::Expected>,
     /// Processor exits the nemesis did not cause.
     pub unexpected_exits: Vec<UnexpectedExit>,
     /// Where the logs were.

@@ -230,6 +230,15 @@ processes); replayed = deliveries committed again (redelivered after a COMMIT wh
 or a publish the broker had not confirmed and received twice); regressions = a queue's position \
 in the database moving backwards.";
 
+const NATS_NOTE: &str = "On NATS JetStream: restart_broker = nats-server SIGKILLed and started \
+again on its own file store; a pause lasts past the consumers' ack_wait and a standby's lock poll, \
+and (unless --pause-ends-sessions=false) the database ends the paused processor's lock sessions; \
+moves = stream takeovers (a stream's advisory lock seen held by another process than before); \
+replayed = records committed beyond the streams' messages; avoided = the server's redeliveries \
+(each consumer's delivery sequence minus its last stream sequence delivered), each acknowledged \
+again below the database's position or left to the batch that held it; regressions = a stream's \
+position in the database moving backwards.";
+
 /// The Markdown of sorted `rows`.
 pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::new();
@@ -289,6 +298,9 @@ pub fn markdown(rows: &[Row]) -> String {
     let _ = writeln!(s, "\n{COLUMNS_NOTE}");
     if rows.iter().any(|r| r.broker.starts_with("RabbitMQ")) {
         let _ = writeln!(s, "\n{RABBITMQ_NOTE}");
+    }
+    if rows.iter().any(|r| r.broker.starts_with("NATS")) {
+        let _ = writeln!(s, "\n{NATS_NOTE}");
     }
     s
 }
