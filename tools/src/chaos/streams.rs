@@ -30,7 +30,7 @@ use uuid::Uuid;
 use super::checker::Invariant;
 use super::offsets::Samples;
 use crate::generate::{Expected, Model, Record};
-use crate::nats_publish::{self, Subjects};
+use crate::nats_publish::{self, Routing};
 
 /// How JetStream is set up for the run.
 #[derive(Debug, Clone)]
@@ -51,20 +51,14 @@ pub struct Streams {
 
 impl Streams {
     /// The subjects of stream `i`: `<stream>.0`, one.
-    pub fn subjects(&self, i: usize) -> Subjects {
-        Subjects {
-            prefix: self.names[i].clone(),
-            count: 1,
-        }
+    pub fn subjects(&self, i: usize) -> Routing {
+        Routing::new(&self.names[i], None, 1, 1)
     }
 
     /// The stream of a record: by its account, so that an account's records keep their order.
     pub fn index_of(&self, record: &Record) -> usize {
-        Subjects {
-            prefix: String::new(),
-            count: self.names.len().max(1),
-        }
-        .index_of(record)
+        let account: u64 = record.key.parse().unwrap_or(0);
+        (account % self.names.len().max(1) as u64) as usize
     }
 
     /// The input split by stream, each part in the input's order.
@@ -92,7 +86,7 @@ fn scrub(s: &Streams, text: &str) -> String {
 pub async fn create(s: &Streams) -> Result<(), String> {
     let js = connect(s).await?;
     for (i, name) in s.names.iter().enumerate() {
-        nats_publish::create_stream(&js, name, &s.subjects(i), s.duplicate_window)
+        nats_publish::create_stream(&js, name, &s.subjects(i).filter(0), s.duplicate_window)
             .await
             .map_err(|e| scrub(s, &format!("{e:#}")))?;
     }
@@ -169,7 +163,7 @@ async fn publish_stream(
                 .map_err(|e| {
                     format!("publishing to {name}: {e} (no attempt succeeded for {give_up:?})")
                 })?;
-            let attempt = nats_publish::publish(js, name, &subjects, chunk, Some(rate));
+            let attempt = nats_publish::publish(js, &subjects, chunk, Some(rate));
             let failure = tokio::select! {
                 r = attempt => match r {
                     Ok(p) => {
