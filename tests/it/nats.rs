@@ -6,17 +6,20 @@
 
 use std::time::{Duration, Instant};
 
-use batch_inbox_tools::generate::{generate, Expected, GeneratorSettings, Record};
-use batch_inbox_tools::verify::{differences, observe};
+use batch_inbox_tools::generate::{Expected, Record};
 use deadpool_postgres::Pool;
 use serde_json::json;
 
 use crate::common::child::{Finished, Running};
+use crate::common::ledger_checks::{
+    self, assert_exact, assert_exact_after_a_republish, dead_letter_rows, readyz_becomes,
+    served_sample, stored_position, wait_for_exact, wait_for_rows,
+};
 use crate::common::nats::{
     distinct_invalid_ids, header_block, id_line, ledger_message, Client, ConsumerInfo, NatsServer,
     Publish,
 };
-use crate::common::{db_name, db_url, fresh_db, group, http};
+use crate::common::{db_name, db_url, fresh_db, group};
 
 /// The stream of the tests, on subjects `ledger.<account>`.
 const STREAM: &str = "ledger";
@@ -28,14 +31,7 @@ const GROUP: &str = "batch-inbox";
 /// The input of a test: generated records with duplicates, bad input and overdrafts (each
 /// invalid id text distinct: [`distinct_invalid_ids`]).
 fn input(messages: u64, seed: u64) -> (Vec<Record>, Expected) {
-    let (records, expected) = generate(GeneratorSettings {
-        messages,
-        accounts: 200,
-        duplicate_ratio: 0.15,
-        bad_ratio: 0.02,
-        seed,
-        ..GeneratorSettings::default()
-    });
+    let (records, expected) = ledger_checks::input(messages, seed);
     (distinct_invalid_ids(&records), expected)
 }
 
@@ -78,30 +74,17 @@ async fn run_to_eof(server: &NatsServer, db: &str, extra: &[&str]) -> Finished {
     out
 }
 
-async fn assert_exact(pool: &Pool, expected: &Expected) {
-    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
-    assert_eq!(differences(&observed, expected), Vec::<String>::new());
-}
-
 /// The database's position of `consumer` on the stream is `next`.
 async fn assert_position(pool: &Pool, consumer: &str, next: u64) {
-    let row = pool
-        .get()
-        .await
-        .unwrap()
-        .query_one(
-            "SELECT next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2 \
-             AND partition = 0",
-            &[&consumer, &STREAM],
-        )
-        .await
-        .unwrap();
-    assert_eq!(row.get::<_, i64>(0), next as i64);
+    assert_eq!(
+        stored_position(pool, consumer, STREAM).await,
+        Some(next as i64)
+    );
 }
 
-/// The database's position of `consumer` (-1: none).
+/// The database's position of `consumer` on the stream (-1: none).
 async fn db_position(pool: &Pool, consumer: &str) -> i64 {
-    group::db_offsets(pool, consumer, 1).await[0]
+    stored_position(pool, consumer, STREAM).await.unwrap_or(-1)
 }
 
 /// What JetStream says of `consumer`, checked against the database: nothing acknowledged that
@@ -125,63 +108,9 @@ async fn wait_for_position(pool: &Pool, consumer: &str, next: u64) {
     .await;
 }
 
-/// Waits until the inbox holds at least `n` rows (at most 60 s).
-async fn wait_for_rows(pool: &Pool, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let rows = group::inbox_rows(pool).await;
-        if rows >= n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "inbox stuck at {rows} of {n}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Waits until the database is the model's (at most 120 s).
-async fn wait_for_all(pool: &Pool, expected: &Expected) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
-        let diffs = differences(&observed, expected);
-        if diffs.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not the model's state: {diffs:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Polls `/readyz` until it answers `status`; returns the body.
-async fn readyz_becomes(addr: std::net::SocketAddr, status: u16) -> String {
-    let what = format!("/readyz to answer {status}");
-    http::poll(Duration::from_secs(60), &what, || async {
-        let (s, body) = http::get(addr, "/readyz").await;
-        (s == status).then_some(body)
-    })
-    .await
-}
-
 /// The redeliveries the processor at `metrics` counted; the metric must be served.
 async fn redeliveries(metrics: std::net::SocketAddr) -> f64 {
-    let (status, body) = http::get(metrics, "/metrics").await;
-    assert_eq!(status, 200, "{body}");
-    *http::samples(&body)
-        .get("batch_inbox_redeliveries_total")
-        .unwrap_or_else(|| panic!("no batch_inbox_redeliveries_total: {body}"))
-}
-
-/// Rows in `dead_letters`.
-async fn dead_letters(pool: &Pool) -> i64 {
-    let client = pool.get().await.unwrap();
-    let row = client
-        .query_one("SELECT count(*) FROM dead_letters", &[])
-        .await
-        .unwrap();
-    row.get(0)
+    served_sample(metrics, "batch_inbox_redeliveries_total").await
 }
 
 /// The ledger's table held by a transaction of the test's (`LOCK TABLE … IN ACCESS EXCLUSIVE
@@ -268,16 +197,7 @@ async fn a_stream_is_applied_exactly_once_and_a_republish_adds_nothing() {
     );
     // The bad records published again are new messages (new sequences), each dead-lettered once
     // more; nothing else changed.
-    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
-    assert_eq!(observed.inbox, expected.new);
-    assert_eq!(observed.balances, expected.balances);
-    for (reason, n) in &expected.dead_letters {
-        let twice = match reason.as_str() {
-            "insufficient_funds" => *n, // a rejected id is in the inbox: skipped
-            _ => 2 * n,
-        };
-        assert_eq!(observed.dead_letters.get(reason), Some(&twice), "{reason}");
-    }
+    assert_exact_after_a_republish(&pool, &expected).await;
     assert_position(&pool, GROUP, 40_001).await;
     let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
     assert_eq!((info.num_pending, info.ack_floor), (0, 40_000));
@@ -379,7 +299,10 @@ async fn a_stall_longer_than_the_ack_wait_redelivers_nothing() {
     // unacknowledged is never redelivered meanwhile, and nothing is applied or dead-lettered.
     let lock = TableLock::hold(&pool).await;
     // (balances is locked: only the other tables are read meanwhile)
-    let held_at = (group::inbox_rows(&pool).await, dead_letters(&pool).await);
+    let held_at = (
+        group::inbox_rows(&pool).await,
+        dead_letter_rows(&pool).await,
+    );
     let until = Instant::now() + 3 * ACK_WAIT;
     while Instant::now() < until {
         let info = acknowledged_within_the_database(&mut nats, &pool).await;
@@ -387,14 +310,17 @@ async fn a_stall_longer_than_the_ack_wait_redelivers_nothing() {
         assert_eq!(info.num_redelivered, 0, "redelivered while held: {info:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let still = (group::inbox_rows(&pool).await, dead_letters(&pool).await);
+    let still = (
+        group::inbox_rows(&pool).await,
+        dead_letter_rows(&pool).await,
+    );
     assert_eq!(
         still, held_at,
         "(inbox rows, dead letters) changed while held"
     );
     lock.release().await;
 
-    wait_for_all(&pool, &expected).await;
+    wait_for_exact(&pool, &expected).await;
     wait_for_position(&pool, GROUP, 10_001).await;
     assert_eq!(redeliveries(metrics).await, 0.0);
     let out = child.stop().await;
@@ -770,7 +696,7 @@ async fn readyz_and_metrics_while_a_filtered_consumer_reads() {
     let seqs = nats.publish_records(PREFIX, &records).await;
     let last = *seqs.iter().max().unwrap();
     assert_eq!(last, 2_050);
-    wait_for_all(&pool, &expected).await;
+    wait_for_exact(&pool, &expected).await;
     wait_for_position(&pool, GROUP, last + 1).await;
     readyz_becomes(metrics, 200).await;
     assert_eq!(redeliveries(metrics).await, 0.0);
