@@ -99,6 +99,18 @@ async fn acknowledged_within_the_database(nats: &mut Client, pool: &Pool) -> Con
     info
 }
 
+/// Waits until `stream`'s consumer exists (at most 60 s); returns what JetStream says of it.
+async fn wait_for_consumer(nats: &mut Client, stream: &str) -> ConsumerInfo {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(info) = nats.consumer_info(stream, GROUP).await {
+            return info;
+        }
+        assert!(Instant::now() < deadline, "no consumer on {stream}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until the database's position of `consumer` is `next` (at most 120 s): everything
 /// before it read and committed (the state may be the model's earlier, with duplicates left).
 async fn wait_for_position(pool: &Pool, consumer: &str, next: u64) {
@@ -674,9 +686,10 @@ async fn readyz_and_metrics_while_a_filtered_consumer_reads() {
         ],
     );
     let metrics = p.metrics_addr().await;
-    // Ready with the consumer waiting, before any message.
+    // Ready before any message (from the moment it asks for the stream's lock: the consumer is
+    // created by the run that follows).
     readyz_becomes(metrics, 200).await;
-    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    let info = wait_for_consumer(&mut nats, STREAM).await;
     assert_eq!(
         info.config["filter_subject"], "ledger.>",
         "{:?}",
