@@ -53,19 +53,7 @@ pub(crate) fn ack_info(reply: &[u8]) -> Option<AckInfo> {
     })
 }
 
-/// The status of a message without a record (`NATS/1.0 408 Request Timeout`): its code and
-/// description.
-pub(crate) fn status(msg: &Msg) -> Option<(u16, String)> {
-    let headers = msg.headers.as_ref()?;
-    let first = headers.split(|b| *b == b'\n').next()?;
-    let first = first.strip_suffix(b"\r").unwrap_or(first);
-    let rest = first.strip_prefix(b"NATS/1.0")?;
-    let rest = String::from_utf8_lossy(rest);
-    let rest = rest.trim();
-    let (code, description) = rest.split_once(' ').unwrap_or((rest, ""));
-    let code = code.parse().ok()?;
-    Some((code, description.trim().to_owned()))
-}
+pub(crate) use super::proto::status;
 
 /// The header lines of a block, as bytes (the first line, `NATS/1.0…`, is not a header).
 pub(crate) fn headers(block: &[u8]) -> Vec<Header> {

@@ -330,13 +330,27 @@ impl Conn {
         lock(&self.pending).remove(&reply);
         let answer = answer?;
         // No responders (the JetStream API is not there: JetStream off, a wrong domain).
-        if super::delivery::status(&answer).is_some_and(|(code, _)| code == 503) {
+        if status(&answer).is_some_and(|(code, _)| code == 503) {
             return Err(NatsError::Refused(format!(
                 "no responders for {subject}: is JetStream enabled on the server?"
             )));
         }
         Ok(answer)
     }
+}
+
+/// The status of a message without a record (`NATS/1.0 408 Request Timeout`): its code and
+/// description.
+pub(crate) fn status(msg: &Msg) -> Option<(u16, String)> {
+    let headers = msg.headers.as_ref()?;
+    let first = headers.split(|b| *b == b'\n').next()?;
+    let first = first.strip_suffix(b"\r").unwrap_or(first);
+    let rest = first.strip_prefix(b"NATS/1.0")?;
+    let rest = String::from_utf8_lossy(rest);
+    let rest = rest.trim();
+    let (code, description) = rest.split_once(' ').unwrap_or((rest, ""));
+    let code = code.parse().ok()?;
+    Some((code, description.trim().to_owned()))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
