@@ -496,7 +496,10 @@ const SHORT_RUN: Duration = Duration::from_secs(1);
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 const PULL_EXPIRES_EOF: Duration = Duration::from_millis(250);
 
-/// How long after a pull's expiry its answer may be late before the connection counts as lost.
+/// How long after a pull's expiry its answer may be late before the pull is sent again
+/// (nats-server 2.9.10 sometimes never answers a pull that waited for acknowledgements to free
+/// `max_ack_pending`), and how long the connection may stay silent before a request checks it.
+const PULL_ANSWER: Duration = Duration::from_secs(1);
 const PULL_GRACE: Duration = Duration::from_secs(10);
 
 /// How often `--exit-on-eof` looks whether the consumer is drained.
@@ -741,28 +744,10 @@ impl Reader {
             return Ok(Ended::Stop);
         };
         let info = s.prepare(&conn, &self.stream, Some(start)).await?;
-        let info = self.follow_database(&conn, info, start).await?;
-        // Deliveries of an earlier run or holder, unacknowledged and not committed: wait for
-        // the server to deliver them again (after ack_wait) before anything newer.
-        let outstanding = info.num_ack_pending > 0
-            && i64::try_from(info.delivered.stream_seq).unwrap_or(i64::MAX) >= start;
-        if outstanding {
-            let wait = Duration::from_nanos(u64::try_from(info.config.ack_wait).unwrap_or(0))
-                .max(Duration::from_secs(1))
-                + Duration::from_secs(1);
-            tracing::info!(
-                stream = %self.stream,
-                pending = info.num_ack_pending,
-                "{} deliveries of an earlier run are unacknowledged: waiting {wait:?} (the \
-                 consumer's ack_wait) for them to come back before anything newer",
-                info.num_ack_pending
-            );
-            tokio::select! {
-                _ = self.stop.cancelled() => return Ok(Ended::Stop),
-                _ = conn.closed() => return Ok(Ended::Again),
-                _ = tokio::time::sleep(wait) => {}
-            }
-        }
+        // The consumer is exactly at the database's position: nothing delivered past it (an
+        // earlier run's or holder's deliveries, which JetStream would deliver again after
+        // `ack_wait`, out of order with newer ones) and nothing acknowledged past it.
+        let info = self.align_consumer(&conn, info, start).await?;
         let ack_wait = Duration::from_nanos(u64::try_from(info.config.ack_wait).unwrap_or(0))
             .max(Duration::from_secs(1));
         let (acks, progress) = RunAcks::new(
@@ -789,6 +774,7 @@ impl Reader {
             batch: s.batch_size,
             eof: self.exit_on_eof,
             start,
+            next_delivery: info.delivered.consumer_seq.saturating_add(1),
             acks: acks.clone(),
             stats: self.stats.clone(),
         };
@@ -817,13 +803,6 @@ impl Reader {
         };
         acks.ended.cancel();
         let _ = feeding.await;
-        // A delivery came back below what this run handed that the run did not hold: the
-        // database's position must not stay past it.
-        if let Some((seq, reached)) = acks.rewind_to() {
-            if !self.lower_position(seq, reached).await {
-                return Ok(Ended::Stop);
-            }
-        }
         // What the run still holds was not committed: delivered again at once.
         acks.nak_held();
         progress.abort();
@@ -849,48 +828,15 @@ impl Reader {
         .await
     }
 
-    /// Moves the database's position of the stream back to `seq` when it is past it (retried
-    /// while the database fails); false: stopping. The next run creates the consumer again
-    /// there, and the inbox skips what the database holds.
-    async fn lower_position(&self, seq: i64, reached: i64) -> bool {
-        let mut failures = 0u32;
-        loop {
-            let lowered = async {
-                let client = self.pool.get().await.map_err(|e| e.to_string())?;
-                client
-                    .execute(
-                        "UPDATE consumer_offsets SET next_offset = $4, updated_at = now() \
-                         WHERE group_id = $1 AND topic = $2 AND partition = $3 \
-                         AND next_offset > $4",
-                        &[&self.settings.consumer, &&*self.stream, &0i32, &seq],
-                    )
-                    .await
-                    .map_err(|e| e.to_string())
-            };
-            match lowered.await {
-                Ok(n) => {
-                    if n > 0 {
-                        // The records from `seq` to where the run had reached are read again.
-                        self.stats
-                            .record_rewind(u64::try_from(reached.saturating_sub(seq)).unwrap_or(0));
-                    }
-                    return true;
-                }
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(stream = %self.stream, "cannot move the position back to {seq}, will retry: {e}");
-                    tokio::select! {
-                        _ = self.stop.cancelled() => return false,
-                        _ = tokio::time::sleep(backoff(failures)) => {}
-                    }
-                }
-            }
-        }
-    }
-
-    /// A database whose position is below what the consumer acknowledged went back in time:
-    /// the consumer is created again at the database's position. Returns the consumer's info.
-    async fn follow_database(
+    /// Puts the consumer at the database's position, which is the system of record: the
+    /// consumer is deleted and created again there (2.9 has no reset; its other settings are
+    /// kept) when it acknowledged past the position (the database went back in time: a
+    /// restore, a failover to a replica that lagged) or delivered past it (an earlier run's or
+    /// holder's deliveries, never committed: JetStream would deliver them again as their
+    /// `ack_wait` ran out, interleaved with newer ones, and a reader cannot tell a gap from a
+    /// delivery still to come). Created again, it delivers every record from the position, in
+    /// order, once. Returns the consumer's info.
+    async fn align_consumer(
         &self,
         conn: &Conn,
         info: ConsumerInfo,
@@ -898,7 +844,8 @@ impl Reader {
     ) -> Result<ConsumerInfo, RunErrorOr> {
         let s = &self.settings;
         let first = u64::try_from(start.max(1)).unwrap_or(1);
-        if info.ack_floor.stream_seq < first {
+        let went_back = info.ack_floor.stream_seq >= first;
+        if !went_back && info.delivered.stream_seq < first {
             return Ok(info);
         }
         let name = &*self.stream;
@@ -912,26 +859,38 @@ impl Reader {
             return Err(RunErrorOr::Run(RunError::Nats(NatsError::Refused(
                 format!(
                     "the database's position of stream {:?} is {start}, below what consumer {:?} \
-                 acknowledged ({}): the database went back in time, and the stream no longer \
-                 holds sequences {first} to {} (its first is {}): those records are lost to the \
-                 database; restore a newer backup or move the position (`positions set`)",
+                 delivered ({}) or acknowledged ({}), and the stream no longer holds sequences \
+                 {first} to {} (its first is {}): those records are lost to the database; \
+                 restore a newer backup or move the position (`positions set`)",
                     name,
                     s.consumer,
+                    info.delivered.stream_seq,
                     info.ack_floor.stream_seq,
                     stream.state.first_seq - 1,
                     stream.state.first_seq,
                 ),
             ))));
         }
-        tracing::warn!(
-            stream = %name, consumer = %s.consumer,
-            database = start, acknowledged = info.ack_floor.stream_seq,
-            "the database's position is below what the consumer acknowledged (a restore, a \
-             failover to a replica that lagged): creating the consumer again at the database's \
-             position; the inbox skips what the database holds"
-        );
-        self.stats
-            .record_rewind(info.ack_floor.stream_seq.saturating_sub(first) + 1);
+        if went_back {
+            tracing::warn!(
+                stream = %name, consumer = %s.consumer,
+                database = start, acknowledged = info.ack_floor.stream_seq,
+                "the database's position is below what the consumer acknowledged (a restore, a \
+                 failover to a replica that lagged): creating the consumer again at the \
+                 database's position; the inbox skips what the database holds"
+            );
+            self.stats
+                .record_rewind(info.ack_floor.stream_seq.saturating_sub(first) + 1);
+        } else {
+            tracing::info!(
+                stream = %name, consumer = %s.consumer,
+                database = start, delivered = info.delivered.stream_seq,
+                unacknowledged = info.num_ack_pending,
+                "the consumer delivered past the database's position what no run committed (an \
+                 earlier run or holder): creating it again at the position, so that the stream \
+                 is read in order from there"
+            );
+        }
         let mut config = info.config.clone();
         config.deliver_policy = "by_start_sequence".to_owned();
         config.opt_start_seq = Some(first);
@@ -1116,12 +1075,15 @@ struct Feed {
     batch: usize,
     eof: bool,
     start: i64,
+    /// The consumer sequence the next delivery must carry: every delivery of the consumer
+    /// comes to this run, or the run ends.
+    next_delivery: u64,
     acks: Arc<RunAcks>,
     stats: Arc<Stats>,
 }
 
 impl Feed {
-    async fn run(self, tx: futures::channel::mpsc::UnboundedSender<Input>) {
+    async fn run(mut self, tx: futures::channel::mpsc::UnboundedSender<Input>) {
         let inbox = self.conn.new_inbox();
         let (_sid, mut deliveries) = self.conn.subscribe(&inbox);
         let next_subject = format!(
@@ -1143,6 +1105,7 @@ impl Feed {
         let mut received = 0usize;
         let mut refused = 0u32;
         let mut deadline = tokio::time::Instant::now();
+        let mut heard = tokio::time::Instant::now();
         loop {
             if outstanding == 0 {
                 // A refused pull (409) is asked again after a backoff, never in a tight loop.
@@ -1169,24 +1132,39 @@ impl Feed {
                 }
                 outstanding = self.batch;
                 received = 0;
-                deadline = tokio::time::Instant::now() + expires + PULL_GRACE;
+                deadline = tokio::time::Instant::now() + expires + PULL_ANSWER;
             }
             let msg = tokio::select! {
                 _ = self.acks.ended.cancelled() => return,
                 _ = tokio::time::sleep_until(deadline) => {
-                    tracing::warn!(
-                        stream = %self.stream,
-                        "a pull got no answer within {:?}: the connection counts as lost",
-                        expires + PULL_GRACE
-                    );
-                    self.conn.close();
-                    return;
+                    // No answer: ask again; after a long silence, a request of the API tells a
+                    // live connection from a lost one.
+                    if heard.elapsed() >= PULL_GRACE {
+                        let alive = tokio::time::timeout(
+                            PULL_GRACE,
+                            api::consumer_info(&self.conn, &self.stream, &self.consumer),
+                        )
+                        .await;
+                        if !matches!(alive, Ok(Ok(_))) {
+                            tracing::warn!(
+                                stream = %self.stream,
+                                "no answer from the server within {:?}: the connection counts as lost",
+                                PULL_GRACE * 2
+                            );
+                            self.conn.close();
+                            return;
+                        }
+                        heard = tokio::time::Instant::now();
+                    }
+                    outstanding = 0;
+                    continue;
                 }
                 msg = deliveries.recv() => match msg {
                     Some(m) => m,
                     None => return,
                 },
             };
+            heard = tokio::time::Instant::now();
             let info = msg.reply.as_deref().and_then(delivery::ack_info);
             let Some(info) = info else {
                 match delivery::status(&msg) {
@@ -1225,24 +1203,28 @@ impl Feed {
             if info.delivered > 1 {
                 self.stats.telemetry.record_redelivery();
             }
+            // A consumer sequence skipped: a delivery went to another reader (a holder that
+            // has not stopped yet, a pull request of a connection gone). What it took comes
+            // back after `ack_wait`, below what this run would have handed by then: the run
+            // ends before handing anything past the gap, and the next one creates the
+            // consumer again at the database's position.
+            if info.consumer_seq != self.next_delivery {
+                tracing::warn!(
+                    stream = %self.stream, expected = self.next_delivery,
+                    got = info.consumer_seq, sequence = info.stream_seq,
+                    "a delivery of the consumer went to another reader: reading again from the \
+                     database's position"
+                );
+                self.acks.ended.cancel();
+                return;
+            }
+            self.next_delivery += 1;
             let seq = i64::try_from(info.stream_seq).unwrap_or(i64::MAX);
             let reply = msg.reply.clone().unwrap_or_default();
             if seq < next {
-                if seq >= self.start && !self.acks.holds(seq) {
-                    // Handed and committed by this run with its ack late, or never handed: a
-                    // delivery of an earlier holder that came back after this run passed it.
-                    // Not knowing which, the position goes back to it (the inbox skips what
-                    // the database holds).
-                    tracing::warn!(
-                        stream = %self.stream, sequence = seq, reached = next,
-                        "a delivery came back below what this run reached, not held by it: \
-                         reading again from it"
-                    );
-                    self.acks.rewind_to_seq(seq, next);
-                    return;
-                }
-                // Below the database's position at the run's start (committed), or held by a
-                // batch of this run: acknowledged again, or left to that batch.
+                // Every delivery of the consumer came to this run: one below what the run
+                // handed is held by a batch of the run (left to it), committed by the run with
+                // its ack late, or below the database's position (acknowledged again).
                 self.acks.delivered_again(seq, reply);
                 continue;
             }

@@ -44,9 +44,6 @@ pub(super) struct RunAcks {
     pub(super) ended: CancellationToken,
     /// Told when deliveries are acknowledged (the feed waits on it while two batches are held).
     released: tokio::sync::Notify,
-    /// A sequence the database's position must go back to before the next run, and the
-    /// position the run had reached.
-    rewind_to: Mutex<Option<(i64, i64)>>,
     stats: Arc<Stats>,
 }
 
@@ -65,7 +62,6 @@ impl RunAcks {
             all,
             ended: CancellationToken::new(),
             released: tokio::sync::Notify::new(),
-            rewind_to: Mutex::new(None),
             stats,
         });
         let every = (ack_wait / 3).max(Duration::from_millis(200));
@@ -90,34 +86,9 @@ impl RunAcks {
         self.lock().len()
     }
 
-    /// Whether the run holds the delivery at `seq`.
-    pub(super) fn holds(&self, seq: i64) -> bool {
-        self.lock().contains_key(&seq)
-    }
-
     /// Resolves when deliveries were acknowledged, or after 100 ms.
     pub(super) async fn released(&self) {
         let _ = tokio::time::timeout(Duration::from_millis(100), self.released.notified()).await;
-    }
-
-    /// Ends the run, which had reached `reached`; the database's position goes back to `seq`
-    /// before the next one.
-    pub(super) fn rewind_to_seq(&self, seq: i64, reached: i64) {
-        let mut target = self
-            .rewind_to
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *target = Some(target.map_or((seq, reached), |(t, r)| (t.min(seq), r.max(reached))));
-        self.ended.cancel();
-    }
-
-    /// The sequence the database's position must go back to, when a delivery asked for it, and
-    /// the position the run had reached.
-    pub(super) fn rewind_to(&self) -> Option<(i64, i64)> {
-        *self
-            .rewind_to
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A delivery at `seq`, below what the run reached, came again (its ack was late or lost):

@@ -101,6 +101,9 @@ pub(crate) struct SequenceInfo {
     /// The stream sequence.
     #[serde(default)]
     pub stream_seq: u64,
+    /// The consumer sequence (one per delivery, redeliveries included).
+    #[serde(default)]
+    pub consumer_seq: u64,
 }
 
 /// A consumer's info.

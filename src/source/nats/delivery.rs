@@ -29,6 +29,10 @@ pub(crate) struct AckInfo {
     pub delivered: u64,
     /// Its stream sequence: its position.
     pub stream_seq: u64,
+    /// The consumer's sequence of this delivery: one more for every delivery the consumer makes,
+    /// to any reader, redeliveries included (nats-server 2.9.10: three messages delivered, then
+    /// delivered again after `ack_wait`, carry consumer sequences 1 to 6).
+    pub consumer_seq: u64,
     /// When it was stored, in nanoseconds since the epoch.
     pub timestamp_ns: i64,
 }
@@ -49,6 +53,7 @@ pub(crate) fn ack_info(reply: &[u8]) -> Option<AckInfo> {
     Some(AckInfo {
         delivered: number(tokens[base])?,
         stream_seq: number(tokens[base + 1])?,
+        consumer_seq: number(tokens[base + 2])?,
         timestamp_ns: i64::try_from(number(tokens[base + 3])?).ok()?,
     })
 }
@@ -125,6 +130,7 @@ mod tests {
             AckInfo {
                 delivered: 3,
                 stream_seq: 1042,
+                consumer_seq: 77,
                 timestamp_ns: 1_700_000_000_123_456_789
             }
         );

@@ -241,11 +241,6 @@ impl Conn {
         self.closed.is_cancelled()
     }
 
-    /// Resolves when the connection is gone.
-    pub(crate) async fn closed(&self) {
-        self.closed.cancelled().await
-    }
-
     /// Closes the connection (its tasks end, its subscriptions' channels close).
     pub(crate) fn close(&self) {
         self.closed.cancel();
