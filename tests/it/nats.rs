@@ -1,9 +1,9 @@
 //! The binary reading a NATS JetStream stream (`--source nats://…`), each test against a
 //! nats-server of its own (`common::nats`): exactly once under duplicates and bad input, a
 //! SIGKILL of the processor, a SIGKILL of the server, a standby's takeover, several streams in
-//! one process, a stall longer than the consumer's AckWait, header bytes no client library would
-//! send, a database restored from a copy, the consumer settings refused at start, and the
-//! password never shown.
+//! one process, a PostgreSQL restart, a stall longer than the consumer's AckWait, header bytes no
+//! client library would send, a database restored from a copy, the consumer settings refused at
+//! start, and the password never shown.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use crate::common::nats::{
     distinct_invalid_ids, header_block, id_line, ledger_message, Client, ConsumerInfo, NatsServer,
     Publish,
 };
+use crate::common::postgres::PrivatePostgres;
 use crate::common::{db_name, db_url, fresh_db, group};
 
 /// The stream of the tests, on subjects `ledger.<account>`.
@@ -759,6 +760,9 @@ const STANDING_BY: &str = "another instance reads the consumer: standing by";
 /// What a run logs when it waits `ack_wait` for an earlier run's deliveries.
 const WAITING_FOR_LEFTOVERS: &str = "of an earlier run are unacknowledged: waiting";
 
+/// What a run logs when the database session holding its stream's lock is gone.
+const LOCK_LOST: &str = "the database session holding the stream's lock is gone";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_when_the_reading_instance_is_killed() {
     let server = NatsServer::start().await;
@@ -904,4 +908,74 @@ async fn several_streams_in_one_process_are_each_applied_at_their_own_position()
         topics("SELECT DISTINCT topic FROM dead_letters ORDER BY 1").await,
         STREAMS
     );
+}
+
+/// Ignored until the source is fixed: the run after the restart can get the deliveries it waits
+/// for out of order (nats-server 2.9.10 takes the first off its redelivery queue for a pull
+/// request of the lost connection still waiting when they expire, and delivers it again after the
+/// others), and the source acknowledges that one as committed without applying it: without load
+/// every run tried lost the record at the database's position.
+#[ignore = "loses a record: the source acknowledges a redelivery below the run's position that it never applied"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_restart_is_ridden_out_exactly_once_and_readyz_follows_it() {
+    let pg = PrivatePostgres::start();
+    let (db, pool) = pg.ledger_db("nats_pg").await;
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (records, expected) = input(20_000, 41);
+    let mut p = spawn(
+        &server,
+        &db,
+        &[
+            "--batch-size",
+            "100",
+            "--ack-wait",
+            "2s",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+    );
+    let metrics = p.metrics_addr().await;
+    // Ready before any message.
+    readyz_becomes(metrics, 200).await;
+    let (before, after) = records.split_at(records.len() / 2);
+    let seqs = nats.publish_records(PREFIX, before).await;
+    wait_for_position(&pool, GROUP, seqs.iter().max().unwrap() + 1).await;
+
+    // Crashed in the middle whatever the machine's speed: a batch of the second half waits on the
+    // ledger's table, uncommitted and unacknowledged, when the server stops (every session cut,
+    // the lock's too).
+    let lock = TableLock::take(&pool).await;
+    nats.publish_records(PREFIX, after).await;
+    lock.until_a_batch_waits(&pool).await;
+    let applied = group::inbox_rows(&pool).await;
+    assert!(applied < expected.new, "the crash came too late: {applied}");
+    let info = acknowledged_within_the_database(&mut nats, &pool).await;
+    assert!(info.num_ack_pending > 0, "nothing in flight: {info:?}");
+    // (No request to the consumer from here on until the end: one would change what the server
+    // does with the lost connection's pull request.)
+    pg.stop_immediate();
+    drop(lock);
+    let body = readyz_becomes(metrics, 503).await;
+    assert_eq!(body, "not ready: database\n");
+    // Down until the processor has seen its lock's session go.
+    group::wait_for("the lock's session lost", 60, || async {
+        p.stderr_lines().iter().any(|l| l.contains(LOCK_LOST))
+    })
+    .await;
+    pg.start_server();
+    readyz_becomes(metrics, 200).await;
+
+    wait_for_exact(&pool, &expected).await;
+    wait_for_position(&pool, GROUP, 20_001).await;
+    let info = wait_until_drained(&mut nats, STREAM).await;
+    assert_eq!((info.num_redelivered, info.ack_floor), (0, 20_000));
+    // What the lost run held came again once its ack_wait passed.
+    assert!(redeliveries(metrics).await > 0.0);
+    let out = p.stop().await;
+    server.assert_no_secret(&out);
+    out.assert_exit(0);
+    assert!(out.stderr.contains(WAITING_FOR_LEFTOVERS), "{}", out.stderr);
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, 20_001).await;
 }
