@@ -193,6 +193,40 @@ impl TableLock {
     }
 }
 
+/// Publishes `records` and waits until the database holds them all (at most 120 s).
+async fn publish_committed(nats: &mut Client, pool: &Pool, records: &[Record]) {
+    let seqs = nats.publish_records(PREFIX, records).await;
+    wait_for_position(pool, GROUP, seqs.iter().max().unwrap() + 1).await;
+}
+
+/// Publishes `records` with the ledger's table locked and returns the lock once a batch of them
+/// waits on it, uncommitted and unacknowledged: a fault comes in the middle whatever the
+/// machine's speed. Nothing the database has not committed is acknowledged by then.
+async fn hold_a_batch_of(
+    nats: &mut Client,
+    pool: &Pool,
+    records: &[Record],
+    expected: &Expected,
+) -> TableLock {
+    let lock = TableLock::take(pool).await;
+    nats.publish_records(PREFIX, records).await;
+    lock.until_a_batch_waits(pool).await;
+    let applied = group::inbox_rows(pool).await;
+    assert!(applied < expected.new, "all applied already: {applied}");
+    let info = acknowledged_within_the_database(nats, pool).await;
+    assert!(info.num_ack_pending > 0, "nothing in flight: {info:?}");
+    lock
+}
+
+/// Waits until the database is the model's with the stream's `last` sequence committed and
+/// acknowledged, nothing pending or delivered again.
+async fn wait_for_the_end(nats: &mut Client, pool: &Pool, expected: &Expected, last: u64) {
+    wait_for_exact(pool, expected).await;
+    wait_for_position(pool, GROUP, last + 1).await;
+    let info = wait_until_drained(nats, STREAM).await;
+    assert_eq!((info.num_redelivered, info.ack_floor), (0, last));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_is_applied_exactly_once_and_a_republish_adds_nothing() {
     let server = NatsServer::start().await;
@@ -798,22 +832,14 @@ async fn a_standby_takes_over_when_the_reading_instance_is_killed() {
     readyz_becomes(standby_metrics, 200).await;
 
     let (before, after) = records.split_at(records.len() / 2);
-    let seqs = nats.publish_records(PREFIX, before).await;
-    wait_for_position(&pool, GROUP, seqs.iter().max().unwrap() + 1).await;
+    publish_committed(&mut nats, &pool, before).await;
     // Only the active one has read anything.
     const CONSUMED: &str = "batch_inbox_messages_consumed_total";
     assert!(served_sample(active_metrics, CONSUMED).await > 0.0);
     assert_eq!(served_sample(standby_metrics, CONSUMED).await, 0.0);
 
-    // Killed in the middle whatever the machine's speed: a batch of the second half waits on the
-    // ledger's table, uncommitted and unacknowledged, when the active instance dies.
-    let lock = TableLock::take(&pool).await;
-    nats.publish_records(PREFIX, after).await;
-    lock.until_a_batch_waits(&pool).await;
-    let applied = group::inbox_rows(&pool).await;
-    assert!(applied < expected.new, "the kill came too late: {applied}");
-    let info = acknowledged_within_the_database(&mut nats, &pool).await;
-    assert!(info.num_ack_pending > 0, "nothing in flight: {info:?}");
+    // Killed with a batch of the second half held.
+    let lock = hold_a_batch_of(&mut nats, &pool, after, &expected).await;
     // (No request to the consumer from here on until the standby has read all: one would change
     // what the server does with the dead instance's pull request.)
     let killed = active.kill().await;
@@ -822,10 +848,7 @@ async fn a_standby_takes_over_when_the_reading_instance_is_killed() {
     lock.release().await;
 
     // The standby takes the lock, waits out what the dead one held, and reads to the end.
-    wait_for_exact(&pool, &expected).await;
-    wait_for_position(&pool, GROUP, 20_001).await;
-    let info = wait_until_drained(&mut nats, STREAM).await;
-    assert_eq!((info.num_redelivered, info.ack_floor), (0, 20_000));
+    wait_for_the_end(&mut nats, &pool, &expected, 20_000).await;
     assert!(served_sample(standby_metrics, CONSUMED).await > 0.0);
     assert!(redeliveries(standby_metrics).await > 0.0);
     let out = standby.stop().await;
@@ -939,19 +962,10 @@ async fn a_postgres_restart_is_ridden_out_exactly_once_and_readyz_follows_it() {
     // Ready before any message.
     readyz_becomes(metrics, 200).await;
     let (before, after) = records.split_at(records.len() / 2);
-    let seqs = nats.publish_records(PREFIX, before).await;
-    wait_for_position(&pool, GROUP, seqs.iter().max().unwrap() + 1).await;
+    publish_committed(&mut nats, &pool, before).await;
 
-    // Crashed in the middle whatever the machine's speed: a batch of the second half waits on the
-    // ledger's table, uncommitted and unacknowledged, when the server stops (every session cut,
-    // the lock's too).
-    let lock = TableLock::take(&pool).await;
-    nats.publish_records(PREFIX, after).await;
-    lock.until_a_batch_waits(&pool).await;
-    let applied = group::inbox_rows(&pool).await;
-    assert!(applied < expected.new, "the crash came too late: {applied}");
-    let info = acknowledged_within_the_database(&mut nats, &pool).await;
-    assert!(info.num_ack_pending > 0, "nothing in flight: {info:?}");
+    // Crashed with a batch of the second half held (every session cut, the lock's too).
+    let lock = hold_a_batch_of(&mut nats, &pool, after, &expected).await;
     // (No request to the consumer from here on until the end: one would change what the server
     // does with the lost connection's pull request.)
     pg.stop_immediate();
@@ -966,10 +980,7 @@ async fn a_postgres_restart_is_ridden_out_exactly_once_and_readyz_follows_it() {
     pg.start_server();
     readyz_becomes(metrics, 200).await;
 
-    wait_for_exact(&pool, &expected).await;
-    wait_for_position(&pool, GROUP, 20_001).await;
-    let info = wait_until_drained(&mut nats, STREAM).await;
-    assert_eq!((info.num_redelivered, info.ack_floor), (0, 20_000));
+    wait_for_the_end(&mut nats, &pool, &expected, 20_000).await;
     // What the lost run held came again once its ack_wait passed.
     assert!(redeliveries(metrics).await > 0.0);
     let out = p.stop().await;
