@@ -1,9 +1,9 @@
 //! The binary reading a NATS JetStream stream (`--source nats://…`), each test against a
 //! nats-server of its own (`common::nats`): exactly once under duplicates and bad input, a
 //! SIGKILL of the processor, a SIGKILL of the server, a standby's takeover, several streams in
-//! one process, a stall longer than the consumer's AckWait, header bytes no client library would
-//! send, a database restored from a copy, the consumer settings refused at start, and the
-//! password never shown.
+//! one process, a PostgreSQL restart, a stall longer than the consumer's AckWait, header bytes no
+//! client library would send, a database restored from a copy, the consumer settings refused at
+//! start, and the password never shown.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use crate::common::nats::{
     distinct_invalid_ids, header_block, id_line, ledger_message, Client, ConsumerInfo, NatsServer,
     Publish,
 };
+use crate::common::postgres::PrivatePostgres;
 use crate::common::{db_name, db_url, fresh_db, group};
 
 /// The stream of the tests, on subjects `ledger.<account>`.
@@ -190,6 +191,40 @@ impl TableLock {
     async fn release(self) {
         self.0.batch_execute("COMMIT").await.unwrap();
     }
+}
+
+/// Publishes `records` and waits until the database holds them all (at most 120 s).
+async fn publish_committed(nats: &mut Client, pool: &Pool, records: &[Record]) {
+    let seqs = nats.publish_records(PREFIX, records).await;
+    wait_for_position(pool, GROUP, seqs.iter().max().unwrap() + 1).await;
+}
+
+/// Publishes `records` with the ledger's table locked and returns the lock once a batch of them
+/// waits on it, uncommitted and unacknowledged: a fault comes in the middle whatever the
+/// machine's speed. Nothing the database has not committed is acknowledged by then.
+async fn hold_a_batch_of(
+    nats: &mut Client,
+    pool: &Pool,
+    records: &[Record],
+    expected: &Expected,
+) -> TableLock {
+    let lock = TableLock::take(pool).await;
+    nats.publish_records(PREFIX, records).await;
+    lock.until_a_batch_waits(pool).await;
+    let applied = group::inbox_rows(pool).await;
+    assert!(applied < expected.new, "all applied already: {applied}");
+    let info = acknowledged_within_the_database(nats, pool).await;
+    assert!(info.num_ack_pending > 0, "nothing in flight: {info:?}");
+    lock
+}
+
+/// Waits until the database is the model's with the stream's `last` sequence committed and
+/// acknowledged, nothing pending or delivered again.
+async fn wait_for_the_end(nats: &mut Client, pool: &Pool, expected: &Expected, last: u64) {
+    wait_for_exact(pool, expected).await;
+    wait_for_position(pool, GROUP, last + 1).await;
+    let info = wait_until_drained(nats, STREAM).await;
+    assert_eq!((info.num_redelivered, info.ack_floor), (0, last));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -760,6 +795,9 @@ const STANDING_BY: &str = "another instance reads the consumer: standing by";
 /// earlier run's deliveries were never committed.
 const CREATED_AGAIN: &str = "the consumer delivered past the database's position what no run committed";
 
+/// What a run logs when the database session holding its stream's lock is gone.
+const LOCK_LOST: &str = "the database session holding the stream's lock is gone";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_when_the_reading_instance_is_killed() {
     let server = NatsServer::start().await;
@@ -795,33 +833,24 @@ async fn a_standby_takes_over_when_the_reading_instance_is_killed() {
     readyz_becomes(standby_metrics, 200).await;
 
     let (before, after) = records.split_at(records.len() / 2);
-    let seqs = nats.publish_records(PREFIX, before).await;
-    wait_for_position(&pool, GROUP, seqs.iter().max().unwrap() + 1).await;
+    publish_committed(&mut nats, &pool, before).await;
     // Only the active one has read anything.
     const CONSUMED: &str = "batch_inbox_messages_consumed_total";
     assert!(served_sample(active_metrics, CONSUMED).await > 0.0);
     assert_eq!(served_sample(standby_metrics, CONSUMED).await, 0.0);
 
-    // Killed in the middle whatever the machine's speed: a batch of the second half waits on the
-    // ledger's table, uncommitted and unacknowledged, when the active instance dies.
-    let lock = TableLock::take(&pool).await;
-    nats.publish_records(PREFIX, after).await;
-    lock.until_a_batch_waits(&pool).await;
-    let applied = group::inbox_rows(&pool).await;
-    assert!(applied < expected.new, "the kill came too late: {applied}");
+    // Killed with a batch of the second half held.
+    let lock = hold_a_batch_of(&mut nats, &pool, after, &expected).await;
+    // (No request to the consumer from here on until the standby has read all: one would change
+    // what the server does with the dead instance's pull request.)
     let killed = active.kill().await;
     server.assert_no_secret(&killed);
     assert_eq!(killed.code, None, "{}", killed.stderr);
-    let info = acknowledged_within_the_database(&mut nats, &pool).await;
-    assert!(info.num_ack_pending > 0, "nothing in flight: {info:?}");
     lock.release().await;
 
     // The standby takes the lock, creates the consumer again at the database's position (the
     // dead one's deliveries are never delivered again out of order) and reads to the end.
-    wait_for_exact(&pool, &expected).await;
-    wait_for_position(&pool, GROUP, 20_001).await;
-    let info = wait_until_drained(&mut nats, STREAM).await;
-    assert_eq!((info.num_redelivered, info.ack_floor), (0, 20_000));
+    wait_for_the_end(&mut nats, &pool, &expected, 20_000).await;
     assert!(served_sample(standby_metrics, CONSUMED).await > 0.0);
     assert_eq!(redeliveries(standby_metrics).await, 0.0);
     let out = standby.stop().await;
@@ -904,4 +933,61 @@ async fn several_streams_in_one_process_are_each_applied_at_their_own_position()
         topics("SELECT DISTINCT topic FROM dead_letters ORDER BY 1").await,
         STREAMS
     );
+}
+
+/// The run after the restart must not get its deliveries out of order: nats-server 2.9.10 takes
+/// the first expired one off its redelivery queue for a pull request of the lost connection still
+/// waiting, and would deliver it again after the others. Before the consumer was created again
+/// at the database's position, every run of this test lost the record at that position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_restart_is_ridden_out_exactly_once_and_readyz_follows_it() {
+    let pg = PrivatePostgres::start();
+    let (db, pool) = pg.ledger_db("nats_pg").await;
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (records, expected) = input(20_000, 41);
+    let mut p = spawn(
+        &server,
+        &db,
+        &[
+            "--batch-size",
+            "100",
+            "--ack-wait",
+            "2s",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+    );
+    let metrics = p.metrics_addr().await;
+    // Ready before any message.
+    readyz_becomes(metrics, 200).await;
+    let (before, after) = records.split_at(records.len() / 2);
+    publish_committed(&mut nats, &pool, before).await;
+
+    // Crashed with a batch of the second half held (every session cut, the lock's too).
+    let lock = hold_a_batch_of(&mut nats, &pool, after, &expected).await;
+    // (No request to the consumer from here on until the end: one would change what the server
+    // does with the lost connection's pull request.)
+    pg.stop_immediate();
+    drop(lock);
+    let body = readyz_becomes(metrics, 503).await;
+    assert_eq!(body, "not ready: database\n");
+    // Down until the processor has seen its lock's session go.
+    group::wait_for("the lock's session lost", 60, || async {
+        p.stderr_lines().iter().any(|l| l.contains(LOCK_LOST))
+    })
+    .await;
+    pg.start_server();
+    readyz_becomes(metrics, 200).await;
+
+    wait_for_the_end(&mut nats, &pool, &expected, 20_000).await;
+    // What the lost run held came from a consumer created again at the database's position:
+    // delivered once, in order.
+    assert_eq!(redeliveries(metrics).await, 0.0);
+    let out = p.stop().await;
+    server.assert_no_secret(&out);
+    out.assert_exit(0);
+    assert!(out.stderr.contains(CREATED_AGAIN), "{}", out.stderr);
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, 20_001).await;
 }
