@@ -83,7 +83,7 @@ pub async fn run(args: ChaosArgs) -> Result<ChaosReport, ChaosError> {
     let nats = streams_of(&args, &plan)?;
     let (kind, names) = match (&amqp, &nats) {
         (Some(q), _) => ("queues", q.names.join(",")),
-        (_, Some(s)) => ("streams", s.names.join(",")),
+        (_, Some(s)) => ("streams", s.names().join(",")),
         _ => ("topic", plan.topic.clone()),
     };
     println!(
@@ -151,9 +151,12 @@ fn streams_of(args: &ChaosArgs, plan: &Plan) -> Result<Option<Streams>, ChaosErr
     }
     Ok(Some(Streams {
         url: url.clone(),
-        names: (0..args.partitions.max(1))
-            .map(|i| format!("{}-s{i}", plan.topic))
-            .collect(),
+        routing: crate::nats_publish::Routing::new(
+            &plan.topic,
+            None,
+            args.partitions.max(1) as usize,
+            1,
+        ),
         consumer: plan.group.clone(),
         ack_wait: Duration::from_millis(args.nats_ack_wait_ms.max(1000)),
         duplicate_window: Duration::from_millis(args.nats_duplicate_window_ms),
@@ -295,7 +298,7 @@ async fn under_faults(
 fn locks_of(args: &ChaosArgs, s: &Streams) -> streams::Locks {
     streams::Locks {
         database_url: args.database_url.clone(),
-        streams: s.names.clone(),
+        streams: s.names().to_vec(),
         consumer: s.consumer.clone(),
     }
 }
@@ -347,7 +350,7 @@ fn start_cluster(args: &ChaosArgs, plan: &Plan, broker: Broker<'_>) -> Result<Cl
         // The URL goes in the environment, where the process list does not show its password.
         env.push(("BATCH_INBOX_SOURCE".to_owned(), s.url.clone()));
         let mut run: Vec<String> = vec!["run".into()];
-        for name in &s.names {
+        for name in s.names() {
             run.extend(["--stream".into(), name.clone()]);
         }
         run.extend([
@@ -572,7 +575,7 @@ async fn heal_and_drain_streams(
     let js = streams::connect(s).await.map_err(ChaosError::Setup)?;
     let deadline = Instant::now() + Duration::from_secs(args.drain_timeout);
     while Instant::now() < deadline {
-        if let Ok(at) = queues::positions(&pool, &s.consumer, &s.names).await {
+        if let Ok(at) = queues::positions(&pool, &s.consumer, s.names()).await {
             if streams::drained(s, &js, &at).await {
                 break;
             }
@@ -610,7 +613,7 @@ async fn check_streams(
     published: Option<&StreamsPublished>,
 ) -> Result<StreamsChecked, ChaosError> {
     let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
-    let positions = queues::positions(&pool, &s.consumer, &s.names)
+    let positions = queues::positions(&pool, &s.consumer, s.names())
         .await
         .map_err(ChaosError::Setup)?;
     let js = streams::connect(s).await.map_err(ChaosError::Setup)?;
@@ -1021,7 +1024,7 @@ fn setup_map(args: &ChaosArgs, plan: &Plan) -> BTreeMap<String, String> {
         return [
             (
                 "streams",
-                format!("{}-s0..s{}", plan.topic, args.partitions.max(1) - 1),
+                format!("{}-0..{}", plan.topic, args.partitions.max(1) - 1),
             ),
             ("consumer", plan.group.clone()),
             ("group", plan.group.clone()),

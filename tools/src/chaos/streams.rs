@@ -30,16 +30,16 @@ use uuid::Uuid;
 use super::checker::Invariant;
 use super::offsets::Samples;
 use crate::generate::{Expected, Model, Record};
-use crate::nats_publish::{self, Subjects};
+use crate::nats_publish::{self, Routing};
 
 /// How JetStream is set up for the run.
 #[derive(Debug, Clone)]
 pub struct Streams {
     /// The server's URL (it holds a password: never shown).
     pub url: String,
-    /// The streams, one per account modulo their number; each stream's subjects are
-    /// `<stream>.>`.
-    pub names: Vec<String>,
+    /// The streams (`NAME-0` to `NAME-<n-1>`, or `NAME` for one), each account's records in
+    /// one of them by account id, each stream's subjects its own.
+    pub routing: Routing,
     /// The durable pull consumer of every stream (the processors' `--consumer`), the name the
     /// positions are kept under.
     pub consumer: String,
@@ -50,30 +50,18 @@ pub struct Streams {
 }
 
 impl Streams {
-    /// The subjects of stream `i`: `<stream>.0`, one.
-    pub fn subjects(&self, i: usize) -> Subjects {
-        Subjects {
-            prefix: self.names[i].clone(),
-            count: 1,
-        }
+    /// The streams' names.
+    pub fn names(&self) -> &[String] {
+        &self.routing.streams
     }
 
-    /// The stream of a record: by its account, so that an account's records keep their order.
-    pub fn index_of(&self, record: &Record) -> usize {
-        Subjects {
-            prefix: String::new(),
-            count: self.names.len().max(1),
-        }
-        .index_of(record)
-    }
-
-    /// The input split by stream, each part in the input's order.
-    pub fn split(&self, records: &[Record]) -> Vec<Vec<Record>> {
-        let mut parts = vec![Vec::new(); self.names.len().max(1)];
+    /// Records of the input per stream.
+    pub fn per_stream(&self, records: &[Record]) -> Vec<u64> {
+        let mut counts = vec![0; self.names().len()];
         for r in records {
-            parts[self.index_of(r)].push(r.clone());
+            counts[self.routing.stream_of(r)] += 1;
         }
-        parts
+        counts
     }
 }
 
@@ -91,8 +79,8 @@ fn scrub(s: &Streams, text: &str) -> String {
 /// Creates the streams: file storage, limits retention, no limits, the run's duplicate window.
 pub async fn create(s: &Streams) -> Result<(), String> {
     let js = connect(s).await?;
-    for (i, name) in s.names.iter().enumerate() {
-        nats_publish::create_stream(&js, name, &s.subjects(i), s.duplicate_window)
+    for (i, name) in s.names().iter().enumerate() {
+        nats_publish::create_stream(&js, name, &s.routing.filter(i), s.duplicate_window)
             .await
             .map_err(|e| scrub(s, &format!("{e:#}")))?;
     }
@@ -121,8 +109,8 @@ pub struct StreamsPublished {
 }
 
 /// Publishes the input to the streams, each account's records to its stream in order, at `rate`
-/// records per second in all, each publish acknowledged; publishes an attempt of [`CHUNK`]
-/// records again when it failed, until `give_up` passes without an attempt that succeeds.
+/// records per second, each publish acknowledged; publishes an attempt of [`CHUNK`] records
+/// again when it failed, until `give_up` passes without an attempt that succeeds.
 pub async fn publish_paced(
     s: &Streams,
     records: &[Record],
@@ -130,46 +118,18 @@ pub async fn publish_paced(
     give_up: Duration,
 ) -> Result<StreamsPublished, String> {
     let js = connect(s).await?;
-    let parts = s.split(records);
-    let total = records.len().max(1) as f64;
-    let tasks = parts.iter().enumerate().map(|(i, part)| {
-        let share = (rate * part.len() as f64 / total).max(1.0);
-        publish_stream(s, &js, i, part, share, give_up)
-    });
+    let client = js.client();
     let mut out = StreamsPublished {
-        per_stream: parts.iter().map(|p| p.len() as u64).collect(),
+        per_stream: s.per_stream(records),
         ..StreamsPublished::default()
     };
-    for one in futures::future::join_all(tasks).await {
-        let one = one?;
-        out.acked += one.acked;
-        out.duplicates += one.duplicates;
-        out.failed_attempts += one.failed_attempts;
-        out.republished_records += one.republished_records;
-    }
-    Ok(out)
-}
-
-async fn publish_stream(
-    s: &Streams,
-    js: &jetstream::Context,
-    i: usize,
-    records: &[Record],
-    rate: f64,
-    give_up: Duration,
-) -> Result<StreamsPublished, String> {
-    let (name, subjects) = (&s.names[i], s.subjects(i));
-    let client = js.client();
-    let mut out = StreamsPublished::default();
     let mut last_success = Instant::now();
     for chunk in records.chunks(CHUNK) {
         loop {
             connected(&client, last_success + give_up)
                 .await
-                .map_err(|e| {
-                    format!("publishing to {name}: {e} (no attempt succeeded for {give_up:?})")
-                })?;
-            let attempt = nats_publish::publish(js, name, &subjects, chunk, Some(rate));
+                .map_err(|e| format!("{e} (no attempt succeeded for {give_up:?})"))?;
+            let attempt = nats_publish::publish(&js, &s.routing, chunk, Some(rate));
             let failure = tokio::select! {
                 r = attempt => match r {
                     Ok(p) => {
@@ -185,11 +145,9 @@ async fn publish_stream(
             out.failed_attempts += 1;
             out.republished_records += chunk.len() as u64;
             if last_success.elapsed() > give_up {
-                return Err(format!(
-                    "publishing to {name}: {failure} (no attempt succeeded for {give_up:?})"
-                ));
+                return Err(format!("{failure} (no attempt succeeded for {give_up:?})"));
             }
-            tracing::warn!("publishing to {name} again: {failure}");
+            tracing::warn!("publishing again: {failure}");
             // The server may serve before JetStream answers (no responders): not in a loop.
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -404,7 +362,7 @@ pub async fn ends(
     positions: &[Option<i64>],
 ) -> Result<Vec<StreamEnd>, String> {
     let mut out = Vec::new();
-    for (i, name) in s.names.iter().enumerate() {
+    for (i, name) in s.names().iter().enumerate() {
         let state = nats_publish::stream_state(js, name)
             .await
             .map_err(|e| format!("{e:#}"))?;
@@ -446,7 +404,7 @@ pub async fn consumer_info(
 /// Whether every stream's position covers its last sequence and its consumer has nothing
 /// pending or unacknowledged: the run has drained.
 pub async fn drained(s: &Streams, js: &jetstream::Context, positions: &[Option<i64>]) -> bool {
-    for (i, name) in s.names.iter().enumerate() {
+    for (i, name) in s.names().iter().enumerate() {
         let Ok(state) = nats_publish::stream_state(js, name).await else {
             return false;
         };
@@ -761,16 +719,15 @@ mod tests {
     fn an_account_goes_to_one_stream() {
         let s = Streams {
             url: String::new(),
-            names: vec!["a".into(), "b".into(), "c".into()],
+            routing: Routing::new("run", None, 3, 1),
             consumer: "c".into(),
             ack_wait: Duration::from_secs(2),
             duplicate_window: Duration::from_secs(1),
         };
+        assert_eq!(s.names(), ["run-0", "run-1", "run-2"]);
         let records = [record(4, 1, None), record(5, 1, None), record(7, 2, None)];
-        let parts = s.split(&records);
-        assert_eq!(parts[1], vec![records[0].clone(), records[2].clone()]);
-        assert_eq!(parts[2], vec![records[1].clone()]);
-        assert!(parts[0].is_empty());
+        assert_eq!(s.per_stream(&records), vec![0, 2, 1]);
+        assert_eq!(s.routing.stream_of(&records[2]), 1);
     }
 
     #[test]
