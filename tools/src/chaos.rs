@@ -602,6 +602,7 @@ async fn heal_and_drain_streams(
 /// JetStream's part of the check: each stream's end, what the streams hold read back, and the
 /// model of it.
 struct StreamsChecked {
+    names: Vec<String>,
     ends: Vec<StreamEnd>,
     contents: Vec<streams::Contents>,
     expected: crate::generate::Expected,
@@ -631,6 +632,7 @@ async fn check_streams(
     }
     let expected = streams::model_of(&contents);
     Ok(StreamsChecked {
+        names: s.names().to_vec(),
         ends,
         contents,
         expected,
@@ -775,14 +777,15 @@ async fn state_invariants(
     run: &Finished,
     slack: Option<&checker::DeadLetterSlack>,
     nats: Option<&StreamsChecked>,
+    rewinds: &[(String, i64)],
 ) -> Result<Vec<checker::Invariant>, ChaosError> {
     let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
     let client = pool.get().await.map_err(DbError::from)?;
     let valid = checker::valid_ids(&plan.records);
     if let Some(n) = nats {
         // NATS: the model of what the streams hold (each sequence applied once: exact, dead
-        // letters included), which must hold the input; the positions, never back (strict:
-        // compare-and-set in the database).
+        // letters included), which must hold the input; the positions, never back but to a
+        // delivery a processor announced it reads again.
         let mut invariants = checker::database(&**client, &valid, &n.expected, None).await?;
         invariants.push(streams::streams_hold_input(
             &n.contents,
@@ -790,7 +793,11 @@ async fn state_invariants(
             &n.expected,
             &plan.expected,
         ));
-        invariants.push(checker::offsets_monotonic(&run.samples, &[], &[], true));
+        invariants.push(streams::positions_monotonic(
+            &run.samples,
+            &n.names,
+            rewinds,
+        ));
         return Ok(invariants);
     }
     let mut invariants = checker::database(&**client, &valid, &plan.expected, slack).await?;
@@ -941,7 +948,15 @@ async fn check(
             extra_deliveries: (positions.max(0) as u64).saturating_sub(published),
         });
     }
-    let mut invariants = state_invariants(args, plan, &run, slack.as_ref(), nats.as_ref()).await?;
+    let mut invariants = state_invariants(
+        args,
+        plan,
+        &run,
+        slack.as_ref(),
+        nats.as_ref(),
+        &tally.rewinds_announced,
+    )
+    .await?;
     if amqp.is_some() {
         invariants.push(queues::queues_empty(&queue_report));
         invariants.push(queues::positions_cover(

@@ -515,6 +515,62 @@ pub fn positions_cover(ends: &[StreamEnd], committed: u64) -> Invariant {
     }
 }
 
+/// The streams' positions in the database never moved backwards, but to a sequence a processor
+/// announced it reads again (`rewinds`: stream and sequence of each "a delivery came back below
+/// what this run reached ... reading again from it" line): the source then moves the position
+/// back to that delivery on purpose, and the inbox skips what the database holds. A move back
+/// that lands below every sequence announced for its stream is a violation. `names` are the
+/// streams in the order of the samples' partitions.
+pub fn positions_monotonic(
+    samples: &Samples,
+    names: &[String],
+    rewinds: &[(String, i64)],
+) -> Invariant {
+    let announced = |r: &super::offsets::Regression| {
+        let stream = names.get(r.partition as usize);
+        rewinds
+            .iter()
+            .any(|(s, seq)| Some(s) == stream && *seq <= r.to)
+    };
+    let (explained, other): (Vec<_>, Vec<_>) =
+        samples.regressions.iter().partition(|r| announced(r));
+    let show = |r: &super::offsets::Regression| {
+        format!(
+            "{} from {} to {} at {:.1}s",
+            names.get(r.partition as usize).map_or("?", String::as_str),
+            r.from,
+            r.to,
+            r.at_s
+        )
+    };
+    let ok = other.is_empty() && samples.samples > 0;
+    let mut detail = match other.first() {
+        None => format!(
+            "{} samples, {} advances, no regression but to a sequence a processor read again",
+            samples.samples, samples.advances
+        ),
+        Some(r) => format!(
+            "{} positions moved back without a processor announcing it, in {} samples; first: {}",
+            other.len(),
+            samples.samples,
+            show(r)
+        ),
+    };
+    if !explained.is_empty() {
+        let list: Vec<String> = explained.iter().map(|r| show(r)).collect();
+        detail.push_str(&format!(
+            "; back to a delivery a processor announced it reads again ({} announced): {}",
+            rewinds.len(),
+            list.join(", ")
+        ));
+    }
+    Invariant {
+        name: "offsets_monotonic".to_owned(),
+        ok,
+        detail,
+    }
+}
+
 /// A stream's lock held by a processor: its session's backend and the member's slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
@@ -747,6 +803,47 @@ mod tests {
             "committed twice"
         );
         assert!(!positions_cover(&[], 0).ok);
+    }
+
+    #[test]
+    fn a_position_goes_back_only_to_a_sequence_read_again() {
+        let names = vec!["a".to_owned(), "b".to_owned()];
+        let back = |partition: i32, to: i64| Samples {
+            samples: 10,
+            regressions: vec![super::super::offsets::Regression {
+                partition,
+                from: 500,
+                to,
+                at_s: 3.0,
+            }],
+            ..Samples::default()
+        };
+        let announced = [("b".to_owned(), 300)];
+        assert!(positions_monotonic(&back(1, 300), &names, &announced).ok);
+        assert!(positions_monotonic(&back(1, 320), &names, &announced).ok);
+        assert!(
+            !positions_monotonic(&back(1, 299), &names, &announced).ok,
+            "below it"
+        );
+        assert!(
+            !positions_monotonic(&back(0, 300), &names, &announced).ok,
+            "another stream"
+        );
+        assert!(
+            !positions_monotonic(&back(1, 300), &names, &[]).ok,
+            "not announced"
+        );
+        assert!(
+            positions_monotonic(
+                &Samples {
+                    samples: 3,
+                    ..Samples::default()
+                },
+                &names,
+                &[]
+            )
+            .ok
+        );
     }
 
     #[test]
