@@ -777,7 +777,7 @@ async fn state_invariants(
     run: &Finished,
     slack: Option<&checker::DeadLetterSlack>,
     nats: Option<&StreamsChecked>,
-    rewinds: &[(String, i64)],
+    rewinds: &[report::Rewind],
 ) -> Result<Vec<checker::Invariant>, ChaosError> {
     let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
     let client = pool.get().await.map_err(DbError::from)?;
@@ -967,7 +967,16 @@ async fn check(
     let mut produced = run.produced;
     let mut replays = Replays::new(&tally, run.produced, plan.expected.duplicates);
     if let Some(n) = &nats {
-        invariants.push(streams::positions_cover(&n.ends, tally.records_committed));
+        let reread: u64 = tally
+            .rewinds_announced
+            .iter()
+            .map(|w| (w.reached - w.sequence).max(0) as u64)
+            .sum();
+        invariants.push(streams::positions_cover(
+            &n.ends,
+            tally.records_committed,
+            reread,
+        ));
         invariants.push(streams::consumers_drained(&n.ends));
         invariants.push(streams::no_offset_gaps(&n.contents, tally.offset_gaps));
         // What the streams hold is the input of the processors: each sequence committed once.

@@ -48,10 +48,10 @@ pub struct Tally {
     /// time (WARN lines: at assignment, or noticed by a running worker), and, on NATS, a
     /// stream's position moved back to a delivery that came back below what a run reached.
     pub positions_rewound: u64,
-    /// NATS: the (stream, sequence) each such move back was announced with ("a delivery came
-    /// back below what this run reached, not held by it: reading again from it").
+    /// NATS: each such move back as it was announced ("a delivery came back below what this run
+    /// reached, not held by it: reading again from it").
     #[serde(skip)]
-    pub rewinds_announced: Vec<(String, i64)>,
+    pub rewinds_announced: Vec<Rewind>,
 }
 
 impl Tally {
@@ -101,14 +101,30 @@ impl Tally {
     }
 }
 
-/// The `stream=` and `sequence=` fields of a log line.
-fn announced_rewind(line: &str) -> Option<(String, i64)> {
+/// A stream's position moved back by a processor: to `sequence`, from what its run had
+/// `reached` (the records in between are read and committed again, the inbox skipping them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewind {
+    /// The stream.
+    pub stream: String,
+    /// The delivery that came back: the position goes back to it.
+    pub sequence: i64,
+    /// What the run had reached.
+    pub reached: i64,
+}
+
+/// The `stream=`, `sequence=` and `reached=` fields of a log line.
+fn announced_rewind(line: &str) -> Option<Rewind> {
     let field = |name: &str| {
         line.split_whitespace()
             .find_map(|w| w.strip_prefix(name))
             .map(|v| v.trim_matches('"').to_owned())
     };
-    Some((field("stream=")?, field("sequence=")?.parse().ok()?))
+    Some(Rewind {
+        stream: field("stream=")?,
+        sequence: field("sequence=")?.parse().ok()?,
+        reached: field("reached=")?.parse().ok()?,
+    })
 }
 
 /// Transactions an incarnation's report says it committed (0 without a report).
@@ -277,7 +293,12 @@ mod tests {
         let line = "2026-12-03T15:15:25.0Z  WARN batch_inbox::source::nats: a delivery came back \
                     below what this run reached, not held by it: reading again from it \
                     stream=run-3 sequence=2603 reached=2673";
-        assert_eq!(announced_rewind(line), Some(("run-3".to_owned(), 2603)));
+        let want = Rewind {
+            stream: "run-3".to_owned(),
+            sequence: 2603,
+            reached: 2673,
+        };
+        assert_eq!(announced_rewind(line), Some(want));
         assert_eq!(announced_rewind("reading again from it stream=run-3"), None);
     }
 }

@@ -29,6 +29,7 @@ use uuid::Uuid;
 
 use super::checker::Invariant;
 use super::offsets::Samples;
+use super::report::Rewind;
 use crate::generate::{Expected, Model, Record};
 use crate::nats_publish::{self, Routing};
 
@@ -476,9 +477,10 @@ pub fn no_offset_gaps(contents: &[Contents], gaps: u64) -> Invariant {
 }
 
 /// Each stream's position at its last sequence + 1 (every message applied, none beyond), and
-/// the messages at least the records the processors committed (`committed`, a lower bound summed
-/// over their reports: each sequence is committed once).
-pub fn positions_cover(ends: &[StreamEnd], committed: u64) -> Invariant {
+/// the records the processors committed (`committed`, summed over their reports) at most the
+/// messages plus the records read again after the moves back they announced (`reread`: each
+/// run's reach minus the sequence it went back to); each other sequence is committed once.
+pub fn positions_cover(ends: &[StreamEnd], committed: u64, reread: u64) -> Invariant {
     let off: Vec<String> = ends
         .iter()
         .filter(|e| e.position != Some(e.last_seq as i64 + 1))
@@ -490,10 +492,11 @@ pub fn positions_cover(ends: &[StreamEnd], committed: u64) -> Invariant {
         })
         .collect();
     let messages: u64 = ends.iter().map(|e| e.messages).sum();
-    let ok = !ends.is_empty() && off.is_empty() && committed <= messages;
+    let ok = !ends.is_empty() && off.is_empty() && committed <= messages + reread;
     let mut detail = format!(
         "{} streams, each position at its last sequence + 1 ({messages} messages); the \
-         processors reported {committed} records committed",
+         processors reported {committed} records committed, with at most {reread} read again \
+         after a move back they announced",
         ends.len()
     );
     if !off.is_empty() {
@@ -503,9 +506,10 @@ pub fn positions_cover(ends: &[StreamEnd], committed: u64) -> Invariant {
             off.join("; ")
         );
     }
-    if committed > messages {
+    if committed > messages + reread {
         detail.push_str(
-            "; more records committed than the streams hold (a sequence committed twice)",
+            "; more records committed than the streams hold and the moves back read again (a \
+             sequence committed twice)",
         );
     }
     Invariant {
@@ -521,16 +525,12 @@ pub fn positions_cover(ends: &[StreamEnd], committed: u64) -> Invariant {
 /// back to that delivery on purpose, and the inbox skips what the database holds. A move back
 /// that lands below every sequence announced for its stream is a violation. `names` are the
 /// streams in the order of the samples' partitions.
-pub fn positions_monotonic(
-    samples: &Samples,
-    names: &[String],
-    rewinds: &[(String, i64)],
-) -> Invariant {
+pub fn positions_monotonic(samples: &Samples, names: &[String], rewinds: &[Rewind]) -> Invariant {
     let announced = |r: &super::offsets::Regression| {
         let stream = names.get(r.partition as usize);
         rewinds
             .iter()
-            .any(|(s, seq)| Some(s) == stream && *seq <= r.to)
+            .any(|w| Some(&w.stream) == stream && w.sequence <= r.to)
     };
     let (explained, other): (Vec<_>, Vec<_>) =
         samples.regressions.iter().partition(|r| announced(r));
@@ -788,21 +788,32 @@ mod tests {
 
     #[test]
     fn positions_must_end_at_the_last_sequence() {
-        assert!(positions_cover(&[end("a", 5, Some(6), None), end("b", 0, Some(1), None)], 5).ok);
         assert!(
-            !positions_cover(&[end("a", 5, Some(5), None)], 0).ok,
+            positions_cover(
+                &[end("a", 5, Some(6), None), end("b", 0, Some(1), None)],
+                5,
+                0
+            )
+            .ok
+        );
+        assert!(
+            !positions_cover(&[end("a", 5, Some(5), None)], 0, 0).ok,
             "behind"
         );
         assert!(
-            !positions_cover(&[end("a", 5, Some(7), None)], 0).ok,
+            !positions_cover(&[end("a", 5, Some(7), None)], 0, 0).ok,
             "ahead"
         );
-        assert!(!positions_cover(&[end("a", 5, None, None)], 0).ok);
+        assert!(!positions_cover(&[end("a", 5, None, None)], 0, 0).ok);
         assert!(
-            !positions_cover(&[end("a", 5, Some(6), None)], 6).ok,
+            !positions_cover(&[end("a", 5, Some(6), None)], 6, 0).ok,
             "committed twice"
         );
-        assert!(!positions_cover(&[], 0).ok);
+        assert!(
+            positions_cover(&[end("a", 5, Some(6), None)], 6, 1).ok,
+            "read again"
+        );
+        assert!(!positions_cover(&[], 0, 0).ok);
     }
 
     #[test]
@@ -818,7 +829,11 @@ mod tests {
             }],
             ..Samples::default()
         };
-        let announced = [("b".to_owned(), 300)];
+        let announced = [Rewind {
+            stream: "b".to_owned(),
+            sequence: 300,
+            reached: 500,
+        }];
         assert!(positions_monotonic(&back(1, 300), &names, &announced).ok);
         assert!(positions_monotonic(&back(1, 320), &names, &announced).ok);
         assert!(
