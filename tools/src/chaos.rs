@@ -20,8 +20,9 @@
 //! advisory lock in the database), the input is published with each publish acknowledged and
 //! published again after a server restart, and the database is checked against the model of
 //! what the streams hold (read back at the end); the streams' positions in the database never
-//! move backwards and end at each stream's last sequence, and every consumer ends with nothing
-//! pending or unacknowledged, as JetStream reports it. The verdict
+//! move backwards but to a delivery a processor announced it reads again, and end at each
+//! stream's last sequence; no processor saw a gap in a stream's sequences; and every consumer
+//! ends with nothing pending or unacknowledged, as JetStream reports it. The verdict
 //! and the numbers go to `results/chaos-<timestamp>-seed<seed>-<pid>.json`; [`summary`] makes
 //! one table of a directory of them.
 
