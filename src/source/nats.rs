@@ -819,8 +819,8 @@ impl Reader {
         let _ = feeding.await;
         // A delivery came back below what this run handed that the run did not hold: the
         // database's position must not stay past it.
-        if let Some(seq) = acks.rewind_to() {
-            if !self.lower_position(seq).await {
+        if let Some((seq, reached)) = acks.rewind_to() {
+            if !self.lower_position(seq, reached).await {
                 return Ok(Ended::Stop);
             }
         }
@@ -852,7 +852,7 @@ impl Reader {
     /// Moves the database's position of the stream back to `seq` when it is past it (retried
     /// while the database fails); false: stopping. The next run creates the consumer again
     /// there, and the inbox skips what the database holds.
-    async fn lower_position(&self, seq: i64) -> bool {
+    async fn lower_position(&self, seq: i64, reached: i64) -> bool {
         let mut failures = 0u32;
         loop {
             let lowered = async {
@@ -870,7 +870,9 @@ impl Reader {
             match lowered.await {
                 Ok(n) => {
                     if n > 0 {
-                        self.stats.record_rewind(1);
+                        // The records from `seq` to where the run had reached are read again.
+                        self.stats
+                            .record_rewind(u64::try_from(reached.saturating_sub(seq)).unwrap_or(0));
                     }
                     return true;
                 }
@@ -1236,7 +1238,7 @@ impl Feed {
                         "a delivery came back below what this run reached, not held by it: \
                          reading again from it"
                     );
-                    self.acks.rewind_to_seq(seq);
+                    self.acks.rewind_to_seq(seq, next);
                     return;
                 }
                 // Below the database's position at the run's start (committed), or held by a

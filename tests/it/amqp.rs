@@ -3,18 +3,22 @@
 //! once under duplicates, bad input, a SIGKILL, a broker restart and a standby's takeover, and
 //! the settings refused at start.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use batch_inbox::internals::amqp::declare;
 use batch_inbox::QueueType;
 use batch_inbox_tools::amqp_publish::publish;
-use batch_inbox_tools::generate::{generate, Expected, GeneratorSettings, Record};
-use batch_inbox_tools::verify::{differences, observe};
+use batch_inbox_tools::generate::Expected;
+use batch_inbox_tools::verify::observe;
 use deadpool_postgres::Pool;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Connection, ConnectionProperties};
 
 use crate::common::child::Running;
+use crate::common::ledger_checks::{
+    assert_exact, assert_exact_after_a_republish, dead_letter_rows, input, metric, readyz_becomes,
+    stored_position, wait_for_rows, wait_for_state,
+};
 use crate::common::{fresh_db, group};
 
 /// The suite's RabbitMQ node.
@@ -27,18 +31,6 @@ fn queue(name: &str) -> String {
     format!("bi-{name}-{}", std::process::id())
 }
 
-/// The input of a test: generated records with duplicates, bad input and overdrafts.
-fn input(messages: u64, seed: u64) -> (Vec<Record>, Expected) {
-    generate(GeneratorSettings {
-        messages,
-        accounts: 200,
-        duplicate_ratio: 0.15,
-        bad_ratio: 0.02,
-        seed,
-        ..GeneratorSettings::default()
-    })
-}
-
 /// The binary reading `queues` into the database at `db` (a URL) with `extra` flags.
 fn spawn(db: &str, queues: &[&str], extra: &[&str]) -> Running {
     let url = amqp_url();
@@ -48,11 +40,6 @@ fn spawn(db: &str, queues: &[&str], extra: &[&str]) -> Running {
     }
     args.extend(extra);
     Running::spawn(&args, &[("DATABASE_URL", db)])
-}
-
-async fn assert_exact(pool: &Pool, expected: &Expected) {
-    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
-    assert_eq!(differences(&observed, expected), Vec::<String>::new());
 }
 
 /// The model's state after deliveries went back to the queue unacknowledged (a kill, a broker
@@ -89,41 +76,23 @@ async fn assert_exact_but_repeated_dead_letters(pool: &Pool, expected: &Expected
     );
 }
 
-/// Waits until the inbox holds at least `n` rows (at most 60 s).
-async fn wait_for_rows(pool: &Pool, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let rows = group::inbox_rows(pool).await;
-        if rows >= n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "inbox stuck at {rows} of {n}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Waits until the database holds every id and balance of the model and at least the model's
 /// dead letters of each reason (at most 120 s).
 async fn wait_for_all(pool: &Pool, expected: &Expected) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let o = observe(&**pool.get().await.unwrap()).await.unwrap();
+    wait_for_state(pool, |o| {
         let letters = expected
             .dead_letters
             .iter()
             .all(|(r, n)| o.dead_letters.get(r).is_some_and(|got| got >= n));
-        if o.inbox == expected.new && o.balances == expected.balances && letters {
-            return;
+        match o.inbox == expected.new && o.balances == expected.balances && letters {
+            true => Ok(()),
+            false => Err(format!(
+                "{} of {} ids, dead letters {:?}",
+                o.inbox, expected.new, o.dead_letters
+            )),
         }
-        assert!(
-            Instant::now() < deadline,
-            "not the model's state: {} of {} ids, dead letters {:?}",
-            o.inbox,
-            expected.new,
-            o.dead_letters
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 /// Runs `rabbitmqctl` with `args` on the suite's node (AMQP_CTL).
@@ -183,34 +152,18 @@ async fn two_queues_are_applied_exactly_once_and_a_republish_adds_nothing() {
     );
     // The bad records published again are new messages, each dead-lettered once more; nothing
     // else changed.
-    let again = observe(&**pool.get().await.unwrap()).await.unwrap();
-    assert_eq!(again.inbox, expected.new);
-    assert_eq!(again.balances, expected.balances);
-    for (reason, n) in &expected.dead_letters {
-        let twice = match reason.as_str() {
-            "insufficient_funds" => *n, // a rejected id is in the inbox: skipped
-            _ => 2 * n,
-        };
-        assert_eq!(again.dead_letters.get(reason), Some(&twice), "{reason}");
-    }
+    assert_exact_after_a_republish(&pool, &expected).await;
     assert_positions(&pool, &[&q1, &q2], 40_000).await;
 }
 
 /// The positions the database holds for `queues` (reader `batch-inbox`) add up to `total`
 /// deliveries numbered.
 async fn assert_positions(pool: &Pool, queues: &[&str], total: i64) {
-    let client = pool.get().await.unwrap();
     let mut sum = 0i64;
     for q in queues {
-        let row = client
-            .query_one(
-                "SELECT next_offset FROM consumer_offsets WHERE group_id = 'batch-inbox' \
-                 AND topic = $1 AND partition = 0",
-                &[q],
-            )
+        sum += stored_position(pool, "batch-inbox", q)
             .await
-            .unwrap();
-        sum += row.get::<_, i64>(0);
+            .unwrap_or_else(|| panic!("no position of {q}"));
     }
     assert_eq!(sum, total);
 }
@@ -358,14 +311,6 @@ async fn a_standby_takes_over_when_the_active_instance_dies() {
     assert_exact_but_repeated_dead_letters(&pool, &expected).await;
 }
 
-/// The sum of a metric's samples in an exposition.
-fn metric(body: &str, name: &str) -> f64 {
-    body.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_that_break_the_guarantee_are_refused_and_secrets_never_shown() {
     let _node = NODE.lock().await;
@@ -502,14 +447,7 @@ async fn a_stall_past_the_consumer_timeout_holds_the_queue_and_resumes_exactly_o
         .unwrap();
     // The queue stalls: nothing applied, nothing dead-lettered, for longer than the timeout.
     let stalled_at = group::inbox_rows(&pool).await;
-    let letters = || async {
-        let row = client
-            .query_one("SELECT count(*) FROM dead_letters", &[])
-            .await
-            .unwrap();
-        row.get::<_, i64>(0)
-    };
-    let letters_at = letters().await;
+    let letters_at = dead_letter_rows(&pool).await;
     crate::common::http::poll(Duration::from_secs(30), "the stall gauge", || async {
         let (_, body) = crate::common::http::get(metrics, "/metrics").await;
         (metric(&body, "batch_inbox_stalled{") >= 1.0).then_some(())
@@ -517,7 +455,7 @@ async fn a_stall_past_the_consumer_timeout_holds_the_queue_and_resumes_exactly_o
     .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(group::inbox_rows(&pool).await, stalled_at);
-    assert_eq!(letters().await, letters_at);
+    assert_eq!(dead_letter_rows(&pool).await, letters_at);
     client
         .batch_execute("ALTER TABLE balances_away RENAME TO balances")
         .await
@@ -784,35 +722,11 @@ async fn bytes_the_client_cannot_read_become_records_or_dead_letters_never_a_sto
     assert_eq!(keys, sent);
 }
 
-/// Polls `/readyz` until it answers `status`; returns the body.
-async fn readyz_becomes(addr: std::net::SocketAddr, status: u16) -> String {
-    let what = format!("/readyz to answer {status}");
-    crate::common::http::poll(Duration::from_secs(60), &what, || async {
-        let (s, body) = crate::common::http::get(addr, "/readyz").await;
-        (s == status).then_some(body)
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_crash_holds_the_queue_and_readyz_then_resumes_exactly_once() {
     let _node = NODE.lock().await;
     let pg = crate::common::postgres::PrivatePostgres::start();
-    let name = crate::common::db_name("amqp_pg");
-    let admin = batch_inbox::db::connect(&pg.url("postgres"), 1)
-        .await
-        .unwrap();
-    admin
-        .get()
-        .await
-        .unwrap()
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let url = pg.url(&name);
-    let pool = batch_inbox::db::connect(&url, 2).await.unwrap();
-    batch_inbox::db::migrate(&pool).await.unwrap();
-    batch_inbox::ledger::migrate(&pool).await.unwrap();
+    let (url, pool) = pg.ledger_db("amqp_pg").await;
     let q = queue("pg-crash");
     let (records, expected) = input(30_000, 19);
 

@@ -1,22 +1,26 @@
 //! The binary reading a NATS JetStream stream (`--source nats://…`), each test against a
 //! nats-server of its own (`common::nats`): exactly once under duplicates and bad input, a
-//! SIGKILL of the processor, a SIGKILL of the server, a stall longer than the consumer's
-//! AckWait, header bytes no client library would send, a database restored from a copy, the
-//! consumer settings refused at start, and the password never shown.
+//! SIGKILL of the processor, a SIGKILL of the server, a standby's takeover, several streams in
+//! one process, a stall longer than the consumer's AckWait, header bytes no client library would
+//! send, a database restored from a copy, the consumer settings refused at start, and the
+//! password never shown.
 
 use std::time::{Duration, Instant};
 
-use batch_inbox_tools::generate::{generate, Expected, GeneratorSettings, Record};
-use batch_inbox_tools::verify::{differences, observe};
+use batch_inbox_tools::generate::{Expected, Record};
 use deadpool_postgres::Pool;
 use serde_json::json;
 
 use crate::common::child::{Finished, Running};
+use crate::common::ledger_checks::{
+    self, assert_exact, assert_exact_after_a_republish, dead_letter_rows, readyz_becomes,
+    served_sample, stored_position, wait_for_exact, wait_for_rows,
+};
 use crate::common::nats::{
     distinct_invalid_ids, header_block, id_line, ledger_message, Client, ConsumerInfo, NatsServer,
     Publish,
 };
-use crate::common::{db_name, db_url, fresh_db, group, http};
+use crate::common::{db_name, db_url, fresh_db, group};
 
 /// The stream of the tests, on subjects `ledger.<account>`.
 const STREAM: &str = "ledger";
@@ -28,14 +32,7 @@ const GROUP: &str = "batch-inbox";
 /// The input of a test: generated records with duplicates, bad input and overdrafts (each
 /// invalid id text distinct: [`distinct_invalid_ids`]).
 fn input(messages: u64, seed: u64) -> (Vec<Record>, Expected) {
-    let (records, expected) = generate(GeneratorSettings {
-        messages,
-        accounts: 200,
-        duplicate_ratio: 0.15,
-        bad_ratio: 0.02,
-        seed,
-        ..GeneratorSettings::default()
-    });
+    let (records, expected) = ledger_checks::input(messages, seed);
     (distinct_invalid_ids(&records), expected)
 }
 
@@ -48,13 +45,19 @@ async fn ledger_stream(server: &NatsServer) -> Client {
 
 /// The binary reading `STREAM` of `server` into the database at `db` (a URL) with `extra` flags.
 fn spawn(server: &NatsServer, db: &str, extra: &[&str]) -> Running {
+    spawn_streams(server, db, STREAM, extra)
+}
+
+/// The binary reading `streams` (`--stream`: a name or a comma list) of `server` into the
+/// database at `db` with `extra` flags.
+fn spawn_streams(server: &NatsServer, db: &str, streams: &str, extra: &[&str]) -> Running {
     let url = server.url();
     let mut args = vec![
         "run",
         "--source",
         url.as_str(),
         "--stream",
-        STREAM,
+        streams,
         "--log-interval",
         "0",
     ];
@@ -78,30 +81,17 @@ async fn run_to_eof(server: &NatsServer, db: &str, extra: &[&str]) -> Finished {
     out
 }
 
-async fn assert_exact(pool: &Pool, expected: &Expected) {
-    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
-    assert_eq!(differences(&observed, expected), Vec::<String>::new());
-}
-
 /// The database's position of `consumer` on the stream is `next`.
 async fn assert_position(pool: &Pool, consumer: &str, next: u64) {
-    let row = pool
-        .get()
-        .await
-        .unwrap()
-        .query_one(
-            "SELECT next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2 \
-             AND partition = 0",
-            &[&consumer, &STREAM],
-        )
-        .await
-        .unwrap();
-    assert_eq!(row.get::<_, i64>(0), next as i64);
+    assert_eq!(
+        stored_position(pool, consumer, STREAM).await,
+        Some(next as i64)
+    );
 }
 
-/// The database's position of `consumer` (-1: none).
+/// The database's position of `consumer` on the stream (-1: none).
 async fn db_position(pool: &Pool, consumer: &str) -> i64 {
-    group::db_offsets(pool, consumer, 1).await[0]
+    stored_position(pool, consumer, STREAM).await.unwrap_or(-1)
 }
 
 /// What JetStream says of `consumer`, checked against the database: nothing acknowledged that
@@ -116,6 +106,32 @@ async fn acknowledged_within_the_database(nats: &mut Client, pool: &Pool) -> Con
     info
 }
 
+/// Waits until `stream`'s consumer exists (at most 60 s); returns what JetStream says of it.
+async fn wait_for_consumer(nats: &mut Client, stream: &str) -> ConsumerInfo {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(info) = nats.consumer_info(stream, GROUP).await {
+            return info;
+        }
+        assert!(Instant::now() < deadline, "no consumer on {stream}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until `stream`'s consumer has nothing pending and nothing unacknowledged (at most 60 s:
+/// the last batch's acknowledgement leaves after its COMMIT); returns what JetStream says of it.
+async fn wait_until_drained(nats: &mut Client, stream: &str) -> ConsumerInfo {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = nats.consumer_info(stream, GROUP).await.expect("a consumer");
+        if info.num_pending == 0 && info.num_ack_pending == 0 {
+            return info;
+        }
+        assert!(Instant::now() < deadline, "{stream} not drained: {info:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until the database's position of `consumer` is `next` (at most 120 s): everything
 /// before it read and committed (the state may be the model's earlier, with duplicates left).
 async fn wait_for_position(pool: &Pool, consumer: &str, next: u64) {
@@ -125,63 +141,9 @@ async fn wait_for_position(pool: &Pool, consumer: &str, next: u64) {
     .await;
 }
 
-/// Waits until the inbox holds at least `n` rows (at most 60 s).
-async fn wait_for_rows(pool: &Pool, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let rows = group::inbox_rows(pool).await;
-        if rows >= n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "inbox stuck at {rows} of {n}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Waits until the database is the model's (at most 120 s).
-async fn wait_for_all(pool: &Pool, expected: &Expected) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
-        let diffs = differences(&observed, expected);
-        if diffs.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not the model's state: {diffs:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Polls `/readyz` until it answers `status`; returns the body.
-async fn readyz_becomes(addr: std::net::SocketAddr, status: u16) -> String {
-    let what = format!("/readyz to answer {status}");
-    http::poll(Duration::from_secs(60), &what, || async {
-        let (s, body) = http::get(addr, "/readyz").await;
-        (s == status).then_some(body)
-    })
-    .await
-}
-
 /// The redeliveries the processor at `metrics` counted; the metric must be served.
 async fn redeliveries(metrics: std::net::SocketAddr) -> f64 {
-    let (status, body) = http::get(metrics, "/metrics").await;
-    assert_eq!(status, 200, "{body}");
-    *http::samples(&body)
-        .get("batch_inbox_redeliveries_total")
-        .unwrap_or_else(|| panic!("no batch_inbox_redeliveries_total: {body}"))
-}
-
-/// Rows in `dead_letters`.
-async fn dead_letters(pool: &Pool) -> i64 {
-    let client = pool.get().await.unwrap();
-    let row = client
-        .query_one("SELECT count(*) FROM dead_letters", &[])
-        .await
-        .unwrap();
-    row.get(0)
+    served_sample(metrics, "batch_inbox_redeliveries_total").await
 }
 
 /// The ledger's table held by a transaction of the test's (`LOCK TABLE … IN ACCESS EXCLUSIVE
@@ -191,11 +153,23 @@ struct TableLock(deadpool_postgres::Object);
 impl TableLock {
     /// Takes the lock and returns once a batch of the processor waits on it (at most 60 s).
     async fn hold(pool: &Pool) -> TableLock {
+        let lock = Self::take(pool).await;
+        lock.until_a_batch_waits(pool).await;
+        lock
+    }
+
+    /// Takes the lock, whether or not a batch is in flight.
+    async fn take(pool: &Pool) -> TableLock {
         let client = pool.get().await.unwrap();
         client
             .batch_execute("BEGIN; LOCK TABLE balances IN ACCESS EXCLUSIVE MODE")
             .await
             .unwrap();
+        TableLock(client)
+    }
+
+    /// Returns once a batch of the processor waits on the lock (at most 60 s).
+    async fn until_a_batch_waits(&self, pool: &Pool) {
         group::wait_for("a batch waiting on the lock", 60, || async {
             let row = pool
                 .get()
@@ -211,7 +185,6 @@ impl TableLock {
             row.get::<_, i64>(0) > 0
         })
         .await;
-        TableLock(client)
     }
 
     async fn release(self) {
@@ -268,16 +241,7 @@ async fn a_stream_is_applied_exactly_once_and_a_republish_adds_nothing() {
     );
     // The bad records published again are new messages (new sequences), each dead-lettered once
     // more; nothing else changed.
-    let observed = observe(&**pool.get().await.unwrap()).await.unwrap();
-    assert_eq!(observed.inbox, expected.new);
-    assert_eq!(observed.balances, expected.balances);
-    for (reason, n) in &expected.dead_letters {
-        let twice = match reason.as_str() {
-            "insufficient_funds" => *n, // a rejected id is in the inbox: skipped
-            _ => 2 * n,
-        };
-        assert_eq!(observed.dead_letters.get(reason), Some(&twice), "{reason}");
-    }
+    assert_exact_after_a_republish(&pool, &expected).await;
     assert_position(&pool, GROUP, 40_001).await;
     let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
     assert_eq!((info.num_pending, info.ack_floor), (0, 40_000));
@@ -379,7 +343,10 @@ async fn a_stall_longer_than_the_ack_wait_redelivers_nothing() {
     // unacknowledged is never redelivered meanwhile, and nothing is applied or dead-lettered.
     let lock = TableLock::hold(&pool).await;
     // (balances is locked: only the other tables are read meanwhile)
-    let held_at = (group::inbox_rows(&pool).await, dead_letters(&pool).await);
+    let held_at = (
+        group::inbox_rows(&pool).await,
+        dead_letter_rows(&pool).await,
+    );
     let until = Instant::now() + 3 * ACK_WAIT;
     while Instant::now() < until {
         let info = acknowledged_within_the_database(&mut nats, &pool).await;
@@ -387,14 +354,17 @@ async fn a_stall_longer_than_the_ack_wait_redelivers_nothing() {
         assert_eq!(info.num_redelivered, 0, "redelivered while held: {info:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let still = (group::inbox_rows(&pool).await, dead_letters(&pool).await);
+    let still = (
+        group::inbox_rows(&pool).await,
+        dead_letter_rows(&pool).await,
+    );
     assert_eq!(
         still, held_at,
         "(inbox rows, dead letters) changed while held"
     );
     lock.release().await;
 
-    wait_for_all(&pool, &expected).await;
+    wait_for_exact(&pool, &expected).await;
     wait_for_position(&pool, GROUP, 10_001).await;
     assert_eq!(redeliveries(metrics).await, 0.0);
     let out = child.stop().await;
@@ -748,9 +718,10 @@ async fn readyz_and_metrics_while_a_filtered_consumer_reads() {
         ],
     );
     let metrics = p.metrics_addr().await;
-    // Ready with the consumer waiting, before any message.
+    // Ready before any message (from the moment it asks for the stream's lock: the consumer is
+    // created by the run that follows).
     readyz_becomes(metrics, 200).await;
-    let info = nats.consumer_info(STREAM, GROUP).await.expect("a consumer");
+    let info = wait_for_consumer(&mut nats, STREAM).await;
     assert_eq!(
         info.config["filter_subject"], "ledger.>",
         "{:?}",
@@ -770,7 +741,7 @@ async fn readyz_and_metrics_while_a_filtered_consumer_reads() {
     let seqs = nats.publish_records(PREFIX, &records).await;
     let last = *seqs.iter().max().unwrap();
     assert_eq!(last, 2_050);
-    wait_for_all(&pool, &expected).await;
+    wait_for_exact(&pool, &expected).await;
     wait_for_position(&pool, GROUP, last + 1).await;
     readyz_becomes(metrics, 200).await;
     assert_eq!(redeliveries(metrics).await, 0.0);
@@ -780,4 +751,155 @@ async fn readyz_and_metrics_while_a_filtered_consumer_reads() {
     out.assert_exit(0);
     assert_exact(&pool, &expected).await;
     assert_position(&pool, GROUP, last + 1).await;
+}
+
+/// What an instance logs when another one holds the stream's lock.
+const STANDING_BY: &str = "another instance reads the consumer: standing by";
+
+/// What a run logs when it waits `ack_wait` for an earlier run's deliveries.
+const WAITING_FOR_LEFTOVERS: &str = "of an earlier run are unacknowledged: waiting";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_when_the_reading_instance_is_killed() {
+    let server = NatsServer::start().await;
+    let mut nats = ledger_stream(&server).await;
+    let (db, pool) = fresh_db("nats_standby").await;
+    let (records, expected) = input(20_000, 31);
+
+    // Two instances of one consumer: the one holding the stream's lock reads, the other stands by.
+    let flags = [
+        "--batch-size",
+        "100",
+        "--ack-wait",
+        "2s",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ];
+    let mut first = spawn(&server, &db, &flags);
+    let first_metrics = first.metrics_addr().await;
+    let mut second = spawn(&server, &db, &flags);
+    let second_metrics = second.metrics_addr().await;
+    let stands_by = |p: &Running| p.stderr_lines().iter().any(|l| l.contains(STANDING_BY));
+    group::wait_for("an instance standing by", 60, || async {
+        stands_by(&first) || stands_by(&second)
+    })
+    .await;
+    let (active, active_metrics, standby, standby_metrics) = match stands_by(&second) {
+        true => (first, first_metrics, second, second_metrics),
+        false => (second, second_metrics, first, first_metrics),
+    };
+    assert!(!stands_by(&active), "both stand by");
+    // Both ready: one reads the stream, the other stands by for it.
+    readyz_becomes(active_metrics, 200).await;
+    readyz_becomes(standby_metrics, 200).await;
+
+    let (before, after) = records.split_at(records.len() / 2);
+    let seqs = nats.publish_records(PREFIX, before).await;
+    wait_for_position(&pool, GROUP, seqs.iter().max().unwrap() + 1).await;
+    // Only the active one has read anything.
+    const CONSUMED: &str = "batch_inbox_messages_consumed_total";
+    assert!(served_sample(active_metrics, CONSUMED).await > 0.0);
+    assert_eq!(served_sample(standby_metrics, CONSUMED).await, 0.0);
+
+    // Killed in the middle whatever the machine's speed: a batch of the second half waits on the
+    // ledger's table, uncommitted and unacknowledged, when the active instance dies.
+    let lock = TableLock::take(&pool).await;
+    nats.publish_records(PREFIX, after).await;
+    lock.until_a_batch_waits(&pool).await;
+    let applied = group::inbox_rows(&pool).await;
+    assert!(applied < expected.new, "the kill came too late: {applied}");
+    let killed = active.kill().await;
+    server.assert_no_secret(&killed);
+    assert_eq!(killed.code, None, "{}", killed.stderr);
+    let info = acknowledged_within_the_database(&mut nats, &pool).await;
+    assert!(info.num_ack_pending > 0, "nothing in flight: {info:?}");
+    lock.release().await;
+
+    // The standby takes the lock, waits out what the dead one held, and reads to the end.
+    wait_for_exact(&pool, &expected).await;
+    wait_for_position(&pool, GROUP, 20_001).await;
+    let info = wait_until_drained(&mut nats, STREAM).await;
+    assert_eq!((info.num_redelivered, info.ack_floor), (0, 20_000));
+    assert!(served_sample(standby_metrics, CONSUMED).await > 0.0);
+    assert!(redeliveries(standby_metrics).await > 0.0);
+    let out = standby.stop().await;
+    server.assert_no_secret(&out);
+    out.assert_exit(0);
+    assert!(out.stderr.contains(WAITING_FOR_LEFTOVERS), "{}", out.stderr);
+    assert_exact(&pool, &expected).await;
+    assert_position(&pool, GROUP, 20_001).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_streams_in_one_process_are_each_applied_at_their_own_position() {
+    const STREAMS: [&str; 3] = ["ledger_a", "ledger_b", "ledger_c"];
+    let server = NatsServer::start().await;
+    let mut nats = server.client().await;
+    for stream in STREAMS {
+        nats.create_stream(stream, &[&format!("{stream}.>")], json!({}))
+            .await;
+    }
+    let (db, pool) = fresh_db("nats_streams").await;
+    let (records, expected) = input(15_000, 37);
+    // Each account's records to one stream (subjects `<stream>.<account>`), in their order: the
+    // ledger's rules are per account and a duplicate is its account's, so the model holds
+    // whatever order the streams are read in.
+    let mut parts: [Vec<Record>; 3] = Default::default();
+    for r in records {
+        let account: usize = r.key.parse().expect("an account id");
+        parts[account % 3].push(r);
+    }
+    let mut last = Vec::new();
+    for (stream, part) in STREAMS.iter().zip(&parts) {
+        assert!(part.len() > 4_000, "{stream}: {}", part.len());
+        let seqs = nats.publish_records(stream, part).await;
+        last.push(*seqs.iter().max().unwrap());
+        assert_eq!(last.last(), Some(&(part.len() as u64)));
+    }
+
+    let out = finish(
+        &server,
+        spawn_streams(
+            &server,
+            &db,
+            &STREAMS.join(","),
+            &["--batch-size", "200", "--exit-on-eof"],
+        ),
+        Duration::from_secs(120),
+    )
+    .await;
+    out.assert_exit(0);
+    assert!(out.stdout.contains("records 15000 "), "{}", out.stdout);
+    assert_exact(&pool, &expected).await;
+    // Each stream's position is its own: its last sequence + 1, under the consumer's name; its
+    // consumer acknowledged all of it; its dead letters are kept under its name.
+    for (stream, last) in STREAMS.iter().zip(&last) {
+        assert_eq!(
+            stored_position(&pool, GROUP, stream).await,
+            Some(*last as i64 + 1),
+            "{stream}"
+        );
+        let info = nats.consumer_info(stream, GROUP).await.expect("a consumer");
+        assert_eq!(
+            (info.num_pending, info.num_ack_pending, info.ack_floor),
+            (0, 0, *last),
+            "{stream}"
+        );
+    }
+    let client = pool.get().await.unwrap();
+    let topics = |sql: &'static str| {
+        let client = &client;
+        async move {
+            let rows = client.query(sql, &[]).await.unwrap();
+            rows.iter().map(|r| r.get(0)).collect::<Vec<String>>()
+        }
+    };
+    assert_eq!(
+        topics("SELECT topic FROM consumer_offsets ORDER BY 1").await,
+        STREAMS
+    );
+    assert_eq!(
+        topics("SELECT DISTINCT topic FROM dead_letters ORDER BY 1").await,
+        STREAMS
+    );
 }

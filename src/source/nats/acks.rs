@@ -44,8 +44,9 @@ pub(super) struct RunAcks {
     pub(super) ended: CancellationToken,
     /// Told when deliveries are acknowledged (the feed waits on it while two batches are held).
     released: tokio::sync::Notify,
-    /// A sequence the database's position must go back to before the next run.
-    rewind_to: Mutex<Option<i64>>,
+    /// A sequence the database's position must go back to before the next run, and the
+    /// position the run had reached.
+    rewind_to: Mutex<Option<(i64, i64)>>,
     stats: Arc<Stats>,
 }
 
@@ -99,18 +100,20 @@ impl RunAcks {
         let _ = tokio::time::timeout(Duration::from_millis(100), self.released.notified()).await;
     }
 
-    /// Ends the run; the database's position goes back to `seq` before the next one.
-    pub(super) fn rewind_to_seq(&self, seq: i64) {
+    /// Ends the run, which had reached `reached`; the database's position goes back to `seq`
+    /// before the next one.
+    pub(super) fn rewind_to_seq(&self, seq: i64, reached: i64) {
         let mut target = self
             .rewind_to
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *target = Some(target.map_or(seq, |t| t.min(seq)));
+        *target = Some(target.map_or((seq, reached), |(t, r)| (t.min(seq), r.max(reached))));
         self.ended.cancel();
     }
 
-    /// The sequence the database's position must go back to, when a delivery asked for it.
-    pub(super) fn rewind_to(&self) -> Option<i64> {
+    /// The sequence the database's position must go back to, when a delivery asked for it, and
+    /// the position the run had reached.
+    pub(super) fn rewind_to(&self) -> Option<(i64, i64)> {
         *self
             .rewind_to
             .lock()

@@ -7,6 +7,7 @@ pub mod broker;
 pub mod child;
 pub mod group;
 pub mod http;
+pub mod ledger_checks;
 pub mod nats;
 pub mod postgres;
 pub mod raw_producer;

@@ -146,6 +146,27 @@ impl PrivatePostgres {
     pub fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
     }
+
+    /// Creates database `<prefix><name>` ([`super::db_name`]) on this server with the core's
+    /// and the ledger's tables; returns its URL and a pool of two connections.
+    pub async fn ledger_db(&self, name: &str) -> (String, deadpool_postgres::Pool) {
+        let name = super::db_name(name);
+        let admin = batch_inbox::db::connect(&self.url("postgres"), 1)
+            .await
+            .unwrap();
+        admin
+            .get()
+            .await
+            .unwrap()
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        let url = self.url(&name);
+        let pool = batch_inbox::db::connect(&url, 2).await.unwrap();
+        batch_inbox::db::migrate(&pool).await.unwrap();
+        batch_inbox::ledger::migrate(&pool).await.unwrap();
+        (url, pool)
+    }
 }
 
 impl Drop for PrivatePostgres {
