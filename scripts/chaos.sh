@@ -46,9 +46,12 @@
 #                                   stopped; broker faults SIGKILL nats-server and start it again
 #                                   on its own store. Checks the database against the model of
 #                                   what the streams hold (read back: they must hold the input),
-#                                   the streams' positions in the database (never back; each at its
-#                                   stream's last sequence + 1) and that every consumer ends with
-#                                   0 pending and 0 unacknowledged (JetStream's consumer info).
+#                                   the streams' positions in the database (never back, but to a
+#                                   delivery a processor announced it reads again; each at its
+#                                   stream's last sequence + 1), no offset gap in the processors'
+#                                   logs, and that every consumer ends with 0 pending and 0
+#                                   unacknowledged (JetStream's consumer info).
+#                                   --pause-ends-sessions=false: pauses leave the lock sessions.
 #                                   Campaign: results/chaos/nats-2.9.10/.
 #
 # Starts its OWN PostgreSQL server (initdb in a temporary directory, a free port, fsync on), the

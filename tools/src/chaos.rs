@@ -20,8 +20,9 @@
 //! advisory lock in the database), the input is published with each publish acknowledged and
 //! published again after a server restart, and the database is checked against the model of
 //! what the streams hold (read back at the end); the streams' positions in the database never
-//! move backwards and end at each stream's last sequence, and every consumer ends with nothing
-//! pending or unacknowledged, as JetStream reports it. The verdict
+//! move backwards but to a delivery a processor announced it reads again, and end at each
+//! stream's last sequence; no processor saw a gap in a stream's sequences; and every consumer
+//! ends with nothing pending or unacknowledged, as JetStream reports it. The verdict
 //! and the numbers go to `results/chaos-<timestamp>-seed<seed>-<pid>.json`; [`summary`] makes
 //! one table of a directory of them.
 
@@ -83,7 +84,7 @@ pub async fn run(args: ChaosArgs) -> Result<ChaosReport, ChaosError> {
     let nats = streams_of(&args, &plan)?;
     let (kind, names) = match (&amqp, &nats) {
         (Some(q), _) => ("queues", q.names.join(",")),
-        (_, Some(s)) => ("streams", s.names.join(",")),
+        (_, Some(s)) => ("streams", s.names().join(",")),
         _ => ("topic", plan.topic.clone()),
     };
     println!(
@@ -151,9 +152,12 @@ fn streams_of(args: &ChaosArgs, plan: &Plan) -> Result<Option<Streams>, ChaosErr
     }
     Ok(Some(Streams {
         url: url.clone(),
-        names: (0..args.partitions.max(1))
-            .map(|i| format!("{}-s{i}", plan.topic))
-            .collect(),
+        routing: crate::nats_publish::Routing::new(
+            &plan.topic,
+            None,
+            args.partitions.max(1) as usize,
+            1,
+        ),
         consumer: plan.group.clone(),
         ack_wait: Duration::from_millis(args.nats_ack_wait_ms.max(1000)),
         duplicate_window: Duration::from_millis(args.nats_duplicate_window_ms),
@@ -295,7 +299,7 @@ async fn under_faults(
 fn locks_of(args: &ChaosArgs, s: &Streams) -> streams::Locks {
     streams::Locks {
         database_url: args.database_url.clone(),
-        streams: s.names.clone(),
+        streams: s.names().to_vec(),
         consumer: s.consumer.clone(),
     }
 }
@@ -347,7 +351,7 @@ fn start_cluster(args: &ChaosArgs, plan: &Plan, broker: Broker<'_>) -> Result<Cl
         // The URL goes in the environment, where the process list does not show its password.
         env.push(("BATCH_INBOX_SOURCE".to_owned(), s.url.clone()));
         let mut run: Vec<String> = vec!["run".into()];
-        for name in &s.names {
+        for name in s.names() {
             run.extend(["--stream".into(), name.clone()]);
         }
         run.extend([
@@ -572,7 +576,7 @@ async fn heal_and_drain_streams(
     let js = streams::connect(s).await.map_err(ChaosError::Setup)?;
     let deadline = Instant::now() + Duration::from_secs(args.drain_timeout);
     while Instant::now() < deadline {
-        if let Ok(at) = queues::positions(&pool, &s.consumer, &s.names).await {
+        if let Ok(at) = queues::positions(&pool, &s.consumer, s.names()).await {
             if streams::drained(s, &js, &at).await {
                 break;
             }
@@ -599,6 +603,7 @@ async fn heal_and_drain_streams(
 /// JetStream's part of the check: each stream's end, what the streams hold read back, and the
 /// model of it.
 struct StreamsChecked {
+    names: Vec<String>,
     ends: Vec<StreamEnd>,
     contents: Vec<streams::Contents>,
     expected: crate::generate::Expected,
@@ -610,7 +615,7 @@ async fn check_streams(
     published: Option<&StreamsPublished>,
 ) -> Result<StreamsChecked, ChaosError> {
     let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
-    let positions = queues::positions(&pool, &s.consumer, &s.names)
+    let positions = queues::positions(&pool, &s.consumer, s.names())
         .await
         .map_err(ChaosError::Setup)?;
     let js = streams::connect(s).await.map_err(ChaosError::Setup)?;
@@ -628,6 +633,7 @@ async fn check_streams(
     }
     let expected = streams::model_of(&contents);
     Ok(StreamsChecked {
+        names: s.names().to_vec(),
         ends,
         contents,
         expected,
@@ -772,14 +778,15 @@ async fn state_invariants(
     run: &Finished,
     slack: Option<&checker::DeadLetterSlack>,
     nats: Option<&StreamsChecked>,
+    rewinds: &[report::Rewind],
 ) -> Result<Vec<checker::Invariant>, ChaosError> {
     let pool = batch_inbox::db::connect(&args.database_url, 1).await?;
     let client = pool.get().await.map_err(DbError::from)?;
     let valid = checker::valid_ids(&plan.records);
     if let Some(n) = nats {
         // NATS: the model of what the streams hold (each sequence applied once: exact, dead
-        // letters included), which must hold the input; the positions, never back (strict:
-        // compare-and-set in the database).
+        // letters included), which must hold the input; the positions, never back but to a
+        // delivery a processor announced it reads again.
         let mut invariants = checker::database(&**client, &valid, &n.expected, None).await?;
         invariants.push(streams::streams_hold_input(
             &n.contents,
@@ -787,7 +794,11 @@ async fn state_invariants(
             &n.expected,
             &plan.expected,
         ));
-        invariants.push(checker::offsets_monotonic(&run.samples, &[], &[], true));
+        invariants.push(streams::positions_monotonic(
+            &run.samples,
+            &n.names,
+            rewinds,
+        ));
         return Ok(invariants);
     }
     let mut invariants = checker::database(&**client, &valid, &plan.expected, slack).await?;
@@ -938,7 +949,15 @@ async fn check(
             extra_deliveries: (positions.max(0) as u64).saturating_sub(published),
         });
     }
-    let mut invariants = state_invariants(args, plan, &run, slack.as_ref(), nats.as_ref()).await?;
+    let mut invariants = state_invariants(
+        args,
+        plan,
+        &run,
+        slack.as_ref(),
+        nats.as_ref(),
+        &tally.rewinds_announced,
+    )
+    .await?;
     if amqp.is_some() {
         invariants.push(queues::queues_empty(&queue_report));
         invariants.push(queues::positions_cover(
@@ -1021,7 +1040,7 @@ fn setup_map(args: &ChaosArgs, plan: &Plan) -> BTreeMap<String, String> {
         return [
             (
                 "streams",
-                format!("{}-s0..s{}", plan.topic, args.partitions.max(1) - 1),
+                format!("{}-0..{}", plan.topic, args.partitions.max(1) - 1),
             ),
             ("consumer", plan.group.clone()),
             ("group", plan.group.clone()),

@@ -45,8 +45,13 @@ pub struct Tally {
     /// Offset gaps the partition workers logged (records the source skipped).
     pub offset_gaps: u64,
     /// Partitions read again from the database's position because the database went back in
-    /// time (WARN lines: at assignment, or noticed by a running worker).
+    /// time (WARN lines: at assignment, or noticed by a running worker), and, on NATS, a
+    /// stream's position moved back to a delivery that came back below what a run reached.
     pub positions_rewound: u64,
+    /// NATS: each such move back as it was announced ("a delivery came back below what this run
+    /// reached, not held by it: reading again from it").
+    #[serde(skip)]
+    pub rewinds_announced: Vec<Rewind>,
 }
 
 impl Tally {
@@ -63,6 +68,11 @@ impl Tally {
                     self.retries_logged += 1;
                 } else if line.contains("offset gap") {
                     self.offset_gaps += 1;
+                } else if line.contains("WARN") && line.contains("reading again from it") {
+                    self.positions_rewound += 1;
+                    if let Some(at) = announced_rewind(line) {
+                        self.rewinds_announced.push(at);
+                    }
                 } else if line.contains("WARN")
                     && (line.contains("reading again from the database's position")
                         || line.contains("reading them again from the database's position")
@@ -89,6 +99,32 @@ impl Tally {
     pub fn retries(&self) -> u64 {
         self.retries_logged.max(self.retries_reported)
     }
+}
+
+/// A stream's position moved back by a processor: to `sequence`, from what its run had
+/// `reached` (the records in between are read and committed again, the inbox skipping them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewind {
+    /// The stream.
+    pub stream: String,
+    /// The delivery that came back: the position goes back to it.
+    pub sequence: i64,
+    /// What the run had reached.
+    pub reached: i64,
+}
+
+/// The `stream=`, `sequence=` and `reached=` fields of a log line.
+fn announced_rewind(line: &str) -> Option<Rewind> {
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .map(|v| v.trim_matches('"').to_owned())
+    };
+    Some(Rewind {
+        stream: field("stream=")?,
+        sequence: field("sequence=")?.parse().ok()?,
+        reached: field("reached=")?.parse().ok()?,
+    })
 }
 
 /// Transactions an incarnation's report says it committed (0 without a report).
@@ -245,5 +281,24 @@ impl ChaosReport {
             );
         }
         println!("{} (seed {})", self.verdict, self.seed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rewind_line_names_its_stream_and_sequence() {
+        let line = "2026-12-03T15:15:25.0Z  WARN batch_inbox::source::nats: a delivery came back \
+                    below what this run reached, not held by it: reading again from it \
+                    stream=run-3 sequence=2603 reached=2673";
+        let want = Rewind {
+            stream: "run-3".to_owned(),
+            sequence: 2603,
+            reached: 2673,
+        };
+        assert_eq!(announced_rewind(line), Some(want));
+        assert_eq!(announced_rewind("reading again from it stream=run-3"), None);
     }
 }

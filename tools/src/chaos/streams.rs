@@ -29,6 +29,7 @@ use uuid::Uuid;
 
 use super::checker::Invariant;
 use super::offsets::Samples;
+use super::report::Rewind;
 use crate::generate::{Expected, Model, Record};
 use crate::nats_publish::{self, Routing};
 
@@ -37,9 +38,9 @@ use crate::nats_publish::{self, Routing};
 pub struct Streams {
     /// The server's URL (it holds a password: never shown).
     pub url: String,
-    /// The streams, one per account modulo their number; each stream's subjects are
-    /// `<stream>.>`.
-    pub names: Vec<String>,
+    /// The streams (`NAME-0` to `NAME-<n-1>`, or `NAME` for one), each account's records in
+    /// one of them by account id, each stream's subjects its own.
+    pub routing: Routing,
     /// The durable pull consumer of every stream (the processors' `--consumer`), the name the
     /// positions are kept under.
     pub consumer: String,
@@ -50,24 +51,18 @@ pub struct Streams {
 }
 
 impl Streams {
-    /// The subjects of stream `i`: `<stream>.0`, one.
-    pub fn subjects(&self, i: usize) -> Routing {
-        Routing::new(&self.names[i], None, 1, 1)
+    /// The streams' names.
+    pub fn names(&self) -> &[String] {
+        &self.routing.streams
     }
 
-    /// The stream of a record: by its account, so that an account's records keep their order.
-    pub fn index_of(&self, record: &Record) -> usize {
-        let account: u64 = record.key.parse().unwrap_or(0);
-        (account % self.names.len().max(1) as u64) as usize
-    }
-
-    /// The input split by stream, each part in the input's order.
-    pub fn split(&self, records: &[Record]) -> Vec<Vec<Record>> {
-        let mut parts = vec![Vec::new(); self.names.len().max(1)];
+    /// Records of the input per stream.
+    pub fn per_stream(&self, records: &[Record]) -> Vec<u64> {
+        let mut counts = vec![0; self.names().len()];
         for r in records {
-            parts[self.index_of(r)].push(r.clone());
+            counts[self.routing.stream_of(r)] += 1;
         }
-        parts
+        counts
     }
 }
 
@@ -85,8 +80,8 @@ fn scrub(s: &Streams, text: &str) -> String {
 /// Creates the streams: file storage, limits retention, no limits, the run's duplicate window.
 pub async fn create(s: &Streams) -> Result<(), String> {
     let js = connect(s).await?;
-    for (i, name) in s.names.iter().enumerate() {
-        nats_publish::create_stream(&js, name, &s.subjects(i).filter(0), s.duplicate_window)
+    for (i, name) in s.names().iter().enumerate() {
+        nats_publish::create_stream(&js, name, &s.routing.filter(i), s.duplicate_window)
             .await
             .map_err(|e| scrub(s, &format!("{e:#}")))?;
     }
@@ -115,8 +110,8 @@ pub struct StreamsPublished {
 }
 
 /// Publishes the input to the streams, each account's records to its stream in order, at `rate`
-/// records per second in all, each publish acknowledged; publishes an attempt of [`CHUNK`]
-/// records again when it failed, until `give_up` passes without an attempt that succeeds.
+/// records per second, each publish acknowledged; publishes an attempt of [`CHUNK`] records
+/// again when it failed, until `give_up` passes without an attempt that succeeds.
 pub async fn publish_paced(
     s: &Streams,
     records: &[Record],
@@ -124,46 +119,18 @@ pub async fn publish_paced(
     give_up: Duration,
 ) -> Result<StreamsPublished, String> {
     let js = connect(s).await?;
-    let parts = s.split(records);
-    let total = records.len().max(1) as f64;
-    let tasks = parts.iter().enumerate().map(|(i, part)| {
-        let share = (rate * part.len() as f64 / total).max(1.0);
-        publish_stream(s, &js, i, part, share, give_up)
-    });
+    let client = js.client();
     let mut out = StreamsPublished {
-        per_stream: parts.iter().map(|p| p.len() as u64).collect(),
+        per_stream: s.per_stream(records),
         ..StreamsPublished::default()
     };
-    for one in futures::future::join_all(tasks).await {
-        let one = one?;
-        out.acked += one.acked;
-        out.duplicates += one.duplicates;
-        out.failed_attempts += one.failed_attempts;
-        out.republished_records += one.republished_records;
-    }
-    Ok(out)
-}
-
-async fn publish_stream(
-    s: &Streams,
-    js: &jetstream::Context,
-    i: usize,
-    records: &[Record],
-    rate: f64,
-    give_up: Duration,
-) -> Result<StreamsPublished, String> {
-    let (name, subjects) = (&s.names[i], s.subjects(i));
-    let client = js.client();
-    let mut out = StreamsPublished::default();
     let mut last_success = Instant::now();
     for chunk in records.chunks(CHUNK) {
         loop {
             connected(&client, last_success + give_up)
                 .await
-                .map_err(|e| {
-                    format!("publishing to {name}: {e} (no attempt succeeded for {give_up:?})")
-                })?;
-            let attempt = nats_publish::publish(js, &subjects, chunk, Some(rate));
+                .map_err(|e| format!("{e} (no attempt succeeded for {give_up:?})"))?;
+            let attempt = nats_publish::publish(&js, &s.routing, chunk, Some(rate));
             let failure = tokio::select! {
                 r = attempt => match r {
                     Ok(p) => {
@@ -179,11 +146,9 @@ async fn publish_stream(
             out.failed_attempts += 1;
             out.republished_records += chunk.len() as u64;
             if last_success.elapsed() > give_up {
-                return Err(format!(
-                    "publishing to {name}: {failure} (no attempt succeeded for {give_up:?})"
-                ));
+                return Err(format!("{failure} (no attempt succeeded for {give_up:?})"));
             }
-            tracing::warn!("publishing to {name} again: {failure}");
+            tracing::warn!("publishing again: {failure}");
             // The server may serve before JetStream answers (no responders): not in a loop.
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -398,7 +363,7 @@ pub async fn ends(
     positions: &[Option<i64>],
 ) -> Result<Vec<StreamEnd>, String> {
     let mut out = Vec::new();
-    for (i, name) in s.names.iter().enumerate() {
+    for (i, name) in s.names().iter().enumerate() {
         let state = nats_publish::stream_state(js, name)
             .await
             .map_err(|e| format!("{e:#}"))?;
@@ -440,7 +405,7 @@ pub async fn consumer_info(
 /// Whether every stream's position covers its last sequence and its consumer has nothing
 /// pending or unacknowledged: the run has drained.
 pub async fn drained(s: &Streams, js: &jetstream::Context, positions: &[Option<i64>]) -> bool {
-    for (i, name) in s.names.iter().enumerate() {
+    for (i, name) in s.names().iter().enumerate() {
         let Ok(state) = nats_publish::stream_state(js, name).await else {
             return false;
         };
@@ -551,6 +516,58 @@ pub fn positions_cover(ends: &[StreamEnd], committed: u64) -> Invariant {
     }
     Invariant {
         name: "positions_cover".to_owned(),
+        ok,
+        detail,
+    }
+}
+
+/// The streams' positions in the database never moved backwards, but to a sequence a processor
+/// announced it reads again (`rewinds`: stream and sequence of each "a delivery came back below
+/// what this run reached ... reading again from it" line): the source then moves the position
+/// back to that delivery on purpose, and the inbox skips what the database holds. A move back
+/// that lands below every sequence announced for its stream is a violation. `names` are the
+/// streams in the order of the samples' partitions.
+pub fn positions_monotonic(samples: &Samples, names: &[String], rewinds: &[Rewind]) -> Invariant {
+    let announced = |r: &super::offsets::Regression| {
+        let stream = names.get(r.partition as usize);
+        rewinds
+            .iter()
+            .any(|w| Some(&w.stream) == stream && w.sequence <= r.to)
+    };
+    let (explained, other): (Vec<_>, Vec<_>) =
+        samples.regressions.iter().partition(|r| announced(r));
+    let show = |r: &super::offsets::Regression| {
+        format!(
+            "{} from {} to {} at {:.1}s",
+            names.get(r.partition as usize).map_or("?", String::as_str),
+            r.from,
+            r.to,
+            r.at_s
+        )
+    };
+    let ok = other.is_empty() && samples.samples > 0;
+    let mut detail = match other.first() {
+        None => format!(
+            "{} samples, {} advances, no regression but to a sequence a processor read again",
+            samples.samples, samples.advances
+        ),
+        Some(r) => format!(
+            "{} positions moved back without a processor announcing it, in {} samples; first: {}",
+            other.len(),
+            samples.samples,
+            show(r)
+        ),
+    };
+    if !explained.is_empty() {
+        let list: Vec<String> = explained.iter().map(|r| show(r)).collect();
+        detail.push_str(&format!(
+            "; back to a delivery a processor announced it reads again ({} announced): {}",
+            rewinds.len(),
+            list.join(", ")
+        ));
+    }
+    Invariant {
+        name: "offsets_monotonic".to_owned(),
         ok,
         detail,
     }
@@ -760,16 +777,15 @@ mod tests {
     fn an_account_goes_to_one_stream() {
         let s = Streams {
             url: String::new(),
-            names: vec!["a".into(), "b".into(), "c".into()],
+            routing: Routing::new("run", None, 3, 1),
             consumer: "c".into(),
             ack_wait: Duration::from_secs(2),
             duplicate_window: Duration::from_secs(1),
         };
+        assert_eq!(s.names(), ["run-0", "run-1", "run-2"]);
         let records = [record(4, 1, None), record(5, 1, None), record(7, 2, None)];
-        let parts = s.split(&records);
-        assert_eq!(parts[1], vec![records[0].clone(), records[2].clone()]);
-        assert_eq!(parts[2], vec![records[1].clone()]);
-        assert!(parts[0].is_empty());
+        assert_eq!(s.per_stream(&records), vec![0, 2, 1]);
+        assert_eq!(s.routing.stream_of(&records[2]), 1);
     }
 
     #[test]
@@ -787,6 +803,51 @@ mod tests {
         let again = positions_cover(&[end("a", 5, Some(6), None)], 6);
         assert!(again.ok && again.detail.contains("1 committed again"));
         assert!(!positions_cover(&[], 0).ok);
+    }
+
+    #[test]
+    fn a_position_goes_back_only_to_a_sequence_read_again() {
+        let names = vec!["a".to_owned(), "b".to_owned()];
+        let back = |partition: i32, to: i64| Samples {
+            samples: 10,
+            regressions: vec![super::super::offsets::Regression {
+                partition,
+                from: 500,
+                to,
+                at_s: 3.0,
+            }],
+            ..Samples::default()
+        };
+        let announced = [Rewind {
+            stream: "b".to_owned(),
+            sequence: 300,
+            reached: 500,
+        }];
+        assert!(positions_monotonic(&back(1, 300), &names, &announced).ok);
+        assert!(positions_monotonic(&back(1, 320), &names, &announced).ok);
+        assert!(
+            !positions_monotonic(&back(1, 299), &names, &announced).ok,
+            "below it"
+        );
+        assert!(
+            !positions_monotonic(&back(0, 300), &names, &announced).ok,
+            "another stream"
+        );
+        assert!(
+            !positions_monotonic(&back(1, 300), &names, &[]).ok,
+            "not announced"
+        );
+        assert!(
+            positions_monotonic(
+                &Samples {
+                    samples: 3,
+                    ..Samples::default()
+                },
+                &names,
+                &[]
+            )
+            .ok
+        );
     }
 
     #[test]
