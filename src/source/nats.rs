@@ -16,17 +16,22 @@
 //! **A run** (a connection's reading of the consumer, from the lock or the last run's end):
 //! - The consumer is checked (or created: durable, pull, `AckPolicy::All`, unlimited
 //!   `max_deliver`, `max_ack_pending` two batches, `ack_wait` from the settings).
-//! - The database's position is read (created at 0 on the first run). A position below the
-//!   consumer's acknowledgement floor means the database went back in time (a restore, a
-//!   failover to a replica that lagged): the consumer is created again at the database's position
-//!   (`deliver_policy: by_start_sequence`), so the records acknowledged after the backup are read
-//!   again; a stream that no longer holds them stops the processor, saying so.
-//! - Deliveries still unacknowledged from an earlier run (a crash, a dropped connection, another
-//!   instance) are waited for: the first pull goes out only after `ack_wait`, when the server
-//!   delivers them again before anything new. Pulling at once would hand later sequences first,
-//!   and the position would pass records nobody committed.
-//! - A delivery below the position the run reached was committed (below the database's position)
-//!   or is being applied (this run holds it): it is acknowledged again, or left to its batch.
+//! - The database's position is read (created at 0 on the first run). The consumer must stand
+//!   exactly there: one that acknowledged past it (the database went back in time: a restore, a
+//!   failover to a replica that lagged) or delivered past it (an earlier run's or holder's
+//!   deliveries, never committed: a crash, a kill, a lost lock or connection) is deleted and
+//!   created again at the database's position (`deliver_policy: by_start_sequence`, its other
+//!   settings kept). JetStream would otherwise deliver the old deliveries again as their
+//!   `ack_wait` ran out, interleaved with newer ones, and a reader cannot tell a gap from a
+//!   delivery still to come: handing a newer one would apply the stream out of order, and with
+//!   `AckPolicy::All` its ack would cover the older ones unapplied. A stream that no longer
+//!   holds the position's records stops the processor, saying so.
+//! - Every delivery of the consumer must come to this run: the consumer sequence grows by one for
+//!   each delivery to any reader, redeliveries included. A skipped one (a holder that has not
+//!   stopped yet, a pull request of a connection gone) ends the run before anything past the gap
+//!   is handed; the next run creates the consumer again.
+//! - So a delivery below what the run reached is one the run handed: held by a batch (left to
+//!   it), or committed with its ack late, or below the database's position: acknowledged again.
 //!
 //! Invariant: a delivery is acknowledged only after the transaction that holds it (or its
 //! duplicate's skip, or its dead letter) committed, or when the database's position is past it.
@@ -882,7 +887,9 @@ impl Reader {
             self.stats
                 .record_rewind(info.ack_floor.stream_seq.saturating_sub(first) + 1);
         } else {
-            tracing::info!(
+            // A warning: the reader before this run stopped with deliveries it never committed
+            // (a crash, a kill, a lost lock or connection), which operators want to see.
+            tracing::warn!(
                 stream = %name, consumer = %s.consumer,
                 database = start, delivered = info.delivered.stream_seq,
                 unacknowledged = info.num_ack_pending,

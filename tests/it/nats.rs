@@ -793,7 +793,8 @@ const STANDING_BY: &str = "another instance reads the consumer: standing by";
 
 /// What a run logs when it creates the consumer again at the database's position because an
 /// earlier run's deliveries were never committed.
-const CREATED_AGAIN: &str = "the consumer delivered past the database's position what no run committed";
+const CREATED_AGAIN: &str =
+    "the consumer delivered past the database's position what no run committed";
 
 /// What a run logs when the database session holding its stream's lock is gone.
 const LOCK_LOST: &str = "the database session holding the stream's lock is gone";

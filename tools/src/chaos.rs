@@ -583,6 +583,15 @@ async fn heal_and_drain_streams(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    stop_drained(phase, cluster).await
+}
+
+/// Says when the brokers' queues or streams drained (since `phase` started) and stops every
+/// member; returns that time.
+async fn stop_drained(
+    phase: Phases,
+    cluster: &Arc<Mutex<Cluster>>,
+) -> Result<Duration, ChaosError> {
     let drained_after = phase.start.elapsed();
     println!(
         "[chaos {:7.1}s] drained; stopping the members",
@@ -682,21 +691,7 @@ async fn heal_and_drain_queues(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let drained_after = phase.start.elapsed();
-    println!(
-        "[chaos {:7.1}s] drained; stopping the members",
-        drained_after.as_secs_f64()
-    );
-    let cluster = cluster.clone();
-    tokio::task::spawn_blocking(move || {
-        cluster
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .stop_all(Duration::from_secs(30));
-    })
-    .await
-    .map_err(|e| ChaosError::Setup(e.to_string()))?;
-    Ok(drained_after)
+    stop_drained(phase, cluster).await
 }
 
 /// Each queue at the end: what was published to it, its position, and its depth in the broker.
@@ -909,14 +904,20 @@ fn faults_hit(
         ),
         (_, Some(_)) => (
             "stream takeovers (a lock held by another process)",
-            "redeliveries (the server's) and replays",
+            "consumers created again past a stopped reader's uncommitted deliveries",
         ),
         _ => ("partition moves", "replays (done or avoided)"),
+    };
+    // NATS never delivers a stopped reader's messages again: the next run creates the consumer
+    // again at the database's position, and that is the effect counted.
+    let replayed_count = match args.nats_url {
+        Some(_) => tally.consumers_recreated,
+        None => replays.redeliveries(),
     };
     hit.extend([
         (moves, tally.partition_moves),
         ("retries", tally.retries()),
-        (replayed, replays.redeliveries()),
+        (replayed, replayed_count),
     ]);
     checker::faults_hit(&hit)
 }

@@ -48,6 +48,10 @@ pub struct Tally {
     /// time (WARN lines: at assignment, or noticed by a running worker), and, on NATS, a
     /// stream's position moved back to a delivery that came back below what a run reached.
     pub positions_rewound: u64,
+    /// NATS: consumers created again at the database's position because they had delivered past
+    /// it what no run committed (the deliveries of a reader that stopped: killed, paused past its
+    /// lock, cut from the database or the server).
+    pub consumers_recreated: u64,
     /// NATS: each such move back as it was announced ("a delivery came back below what this run
     /// reached, not held by it: reading again from it").
     #[serde(skip)]
@@ -73,6 +77,10 @@ impl Tally {
                     if let Some(at) = announced_rewind(line) {
                         self.rewinds_announced.push(at);
                     }
+                } else if line.contains("WARN")
+                    && line.contains("delivered past the database's position what no run committed")
+                {
+                    self.consumers_recreated += 1;
                 } else if line.contains("WARN")
                     && (line.contains("reading again from the database's position")
                         || line.contains("reading them again from the database's position")
