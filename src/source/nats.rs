@@ -53,6 +53,7 @@ use tokio_util::sync::CancellationToken;
 pub use crate::error::NatsError;
 use crate::error::RunError;
 use crate::observe::stats::Stats;
+use crate::observe::telemetry::GaugeGuard;
 use crate::secret::MASK;
 use crate::source::{positions, Input, OffsetSink, PartitionRun, Partitions, Source};
 use acks::RunAcks;
@@ -618,9 +619,12 @@ impl Reader {
         // unavailable for a while, a permission being changed) is waited out, not a stop.
         let mut read = false;
         'lock: while !self.stop.is_cancelled() {
-            let Some(lock) = self.lock().await else {
+            // The stream counts as assigned (`/readyz`, the assigned-partitions gauge) from the
+            // lock's waiting to the run's start, and between runs; once a run starts, it counts.
+            let Some((lock, waiting)) = self.lock().await else {
                 break;
             };
+            let mut between = Some(waiting);
             // An earlier holder whose session ended without its knowing stops within the lease.
             tokio::select! {
                 _ = self.stop.cancelled() => break,
@@ -628,8 +632,11 @@ impl Reader {
             }
             while !self.stop.is_cancelled() {
                 let began = std::time::Instant::now();
+                if between.is_none() {
+                    between = Some(self.stats.telemetry.partition_assigned());
+                }
                 let ended = tokio::select! {
-                    ended = self.one_run(lock.lease.clone()) => ended,
+                    ended = self.one_run(lock.lease.clone(), &mut between) => ended,
                     _ = lock.lost() => Ok(Ended::LockLost),
                 };
                 let ended = match ended {
@@ -687,9 +694,9 @@ impl Reader {
 
     /// The advisory lock of the stream and consumer, on a session of its own; `None`: stopping.
     /// A standby waits here, counted as assigned (`/readyz`), asking on the same session every
-    /// [`LOCK_POLL`].
-    async fn lock(&self) -> Option<StreamLock> {
-        let _waiting = self.stats.telemetry.partition_assigned();
+    /// [`LOCK_POLL`]. Returned with the lock: the guard that counts it as assigned.
+    async fn lock(&self) -> Option<(StreamLock, GaugeGuard)> {
+        let waiting = self.stats.telemetry.partition_assigned();
         let key = lock_key(&self.stream, &self.settings.consumer);
         let mut told = false;
         let mut failures = 0u32;
@@ -713,7 +720,7 @@ impl Reader {
                 Ok::<_, String>((client, row.get::<_, bool>(0)))
             };
             match attempt.await {
-                Ok((client, true)) => return Some(StreamLock::held(client)),
+                Ok((client, true)) => return Some((StreamLock::held(client), waiting)),
                 Ok((client, false)) => {
                     session = Some(client);
                     if !told {
@@ -738,7 +745,11 @@ impl Reader {
     }
 
     /// One connection's run of the consumer.
-    async fn one_run(&self, lease: Arc<Lease>) -> Result<Ended, RunErrorOr> {
+    async fn one_run(
+        &self,
+        lease: Arc<Lease>,
+        between: &mut Option<GaugeGuard>,
+    ) -> Result<Ended, RunErrorOr> {
         let s = &self.settings;
         let conn = tokio::select! {
             _ = self.stop.cancelled() => return Ok(Ended::Stop),
@@ -766,6 +777,8 @@ impl Reader {
         let run: PartitionRun = self
             .partitions
             .start(self.stream.clone(), 0, Some(start), sink);
+        // The run counts the stream as assigned from here.
+        drop(between.take());
         let run_stop = run.stop.clone();
         let at_eof = run.at_eof.clone();
         // A channel without tokio's cooperative budget: natural batching takes every record
